@@ -1,0 +1,204 @@
+// engine/backend.h: the one interface every backend implements, one op family
+// per section. The model (engine/model/resnet.cpp) builds its network by
+// asking the backend for ops bound to tensors; each op creates its outputs in
+// the layout the backend prefers, so the plan is fixed before training starts
+// and nothing is allocated inside the step loop. Backends: engine/cpu/
+// (oneDNN) and engine/cuda/ (cuDNN + cuBLAS), one file per family each.
+//
+// Build order: create ops (declares tensors) -> allocate() (one allocation per
+// memory region, binds every tensor) -> run steps. Execution may be
+// asynchronous (CUDA); `synchronize()` waits for the device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/records.h"
+#include "engine/tensor.h"
+
+namespace xrun {
+
+// ----------------------------------------------------------------- shapes --
+struct ConvShape {
+  int64_t n = 1, c = 1, h = 1, w = 1;  // input
+  int64_t k = 1, r = 1, s = 1;         // output channels, kernel height/width
+  int64_t stride = 1, pad = 0;
+  int64_t out_h() const { return (h + 2 * pad - r) / stride + 1; }
+  int64_t out_w() const { return (w + 2 * pad - s) / stride + 1; }
+};
+
+enum class BnActivation { none, relu, add_relu };  // y = act(bn(x) [+ residual])
+
+// ------------------------------------------------------------ op families --
+// Convolution, no bias (ResNet's convs have none). Owns its weight parameter.
+class ConvOp {
+ public:
+  virtual ~ConvOp() = default;
+  virtual void forward() = 0;           // y = conv(x, w)
+  virtual void backward_data() = 0;     // dx = conv_transpose(dy, w); no-op without dx
+  virtual void backward_weights() = 0;  // dw = conv_bwd_weights(x, dy)
+  Tensor* y = nullptr;   // output (created by the op)
+  Tensor* dy = nullptr;  // gradient of the output (created by the op)
+  Tensor* weight = nullptr;
+  Tensor* weight_grad = nullptr;
+};
+
+// Batch norm over N,H,W per channel, optionally fused with ReLU or with a
+// residual add then ReLU. Training forward uses batch statistics and updates
+// running statistics PyTorch's way (momentum 0.1, unbiased running variance).
+class BatchNormOp {
+ public:
+  virtual ~BatchNormOp() = default;
+  virtual void forward_train() = 0;
+  virtual void forward_infer() = 0;  // running statistics, no update
+  // From dy: dx, dgamma, dbeta and, for add_relu, the residual's gradient.
+  virtual void backward() = 0;
+  Tensor* y = nullptr;
+  Tensor* dy = nullptr;
+  Tensor* gamma = nullptr;       // "weight"
+  Tensor* beta = nullptr;        // "bias"
+  Tensor* gamma_grad = nullptr;
+  Tensor* beta_grad = nullptr;
+  Tensor* running_mean = nullptr;
+  Tensor* running_var = nullptr;
+};
+
+// Max pooling (kernel, stride, pad); global average pooling to [N, C].
+class PoolOp {
+ public:
+  virtual ~PoolOp() = default;
+  virtual void forward_train() = 0;  // keeps what backward needs
+  virtual void forward_infer() = 0;
+  virtual void backward() = 0;       // dx from dy
+  Tensor* y = nullptr;
+  Tensor* dy = nullptr;
+};
+
+// y[N, O] = x[N, I] w[O, I]^T + b.
+class LinearOp {
+ public:
+  virtual ~LinearOp() = default;
+  virtual void forward() = 0;
+  virtual void backward() = 0;  // dx (when bound), dw, db
+  Tensor* y = nullptr;
+  Tensor* dy = nullptr;
+  Tensor* weight = nullptr;
+  Tensor* bias = nullptr;
+  Tensor* weight_grad = nullptr;
+  Tensor* bias_grad = nullptr;
+};
+
+// Softmax cross-entropy, mean over the valid rows of the batch; writes
+// dlogits = (softmax - onehot) * grad_scale / valid. Results are read later
+// (read_results) so a device backend need not synchronise every step.
+class LossOp {
+ public:
+  virtual ~LossOp() = default;
+  virtual void forward_backward(int valid_rows, float grad_scale) = 0;
+  virtual void forward(int valid_rows) = 0;  // evaluation: loss and correct count only
+  struct Results {
+    double loss_sum = 0;  // sum over valid rows of -log p(label)
+    int64_t correct = 0;  // top-1 hits
+    int rows = 0;
+  };
+  virtual Results read_results() = 0;  // of the last call; may synchronise
+  Tensor* labels = nullptr;            // int32 [N], written by Backend::load_batch
+};
+
+// Elementwise helpers on tensors of the same shape and layout.
+class PointwiseOps {
+ public:
+  virtual ~PointwiseOps() = default;
+  virtual void add_inplace(Tensor* dst, const Tensor* src) = 0;  // dst += src
+  virtual void copy(Tensor* dst, const Tensor* src) = 0;
+};
+
+// One optimizer step over the whole flat parameter region: every parameter,
+// gradient and state value sits at the same offset in its region.
+struct OptimizerStep {
+  double lr = 0;
+  int64_t step = 1;          // 1-based, for AdamW's bias correction
+  float grad_scale = 1;      // gradients are divided by this first (loss scaling)
+};
+class OptimizerOp {
+ public:
+  virtual ~OptimizerOp() = default;
+  virtual void step(const OptimizerStep& s) = 0;
+  virtual void zero_grad() = 0;
+  // Adds the gradient region into the accumulation region (train.accumulate)
+  // or copies it back; backends without accumulation support throw.
+  virtual void accumulate_begin() = 0;  // acc = grad
+  virtual void accumulate_add() = 0;    // acc += grad
+  virtual void accumulate_end() = 0;    // grad = acc
+  // Optimizer state for checkpoints, canonical per parameter.
+  virtual std::vector<std::string> state_names() const = 0;  // "exp_avg", "exp_avg_sq" / "momentum_buffer"
+  // The state `which` (index into state_names) of one parameter, canonical layout.
+  virtual void read_state(int which, const Tensor* param, std::span<float> canonical) = 0;
+  virtual void write_state(int which, const Tensor* param, std::span<const float> canonical) = 0;
+};
+
+// --------------------------------------------------------------- backend --
+struct OptimizerSettings {
+  std::string name = "adamw";  // adamw | sgd
+  double weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double momentum = 0;
+  bool nesterov = false;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu", "cuda:0"
+  virtual Environment environment() const = 0;
+
+  // A new tensor with the shape and layout of `like` (e.g. a second gradient
+  // buffer for a residual branch).
+  virtual Tensor* tensor_like(const Tensor* like, const std::string& name, TensorRole role) = 0;
+  // Model input: images [N, C, H, W] (f32, normalised by load_batch) and labels.
+  virtual Tensor* input(int64_t n, int64_t c, int64_t h, int64_t w) = 0;
+  // Op families. Each binds its inputs (and their gradients: dx may be null
+  // where no gradient is wanted, e.g. the first convolution) and declares its
+  // outputs and parameters. `name` is the torchvision module path ("layer1.0.conv1").
+  virtual std::unique_ptr<ConvOp> conv(const std::string& name, const ConvShape& shape,
+                                       Tensor* x, Tensor* dx) = 0;
+  // add_relu: `residual` is added before the ReLU and its gradient is written
+  // to `d_residual` (same shape and layout as `residual`).
+  virtual std::unique_ptr<BatchNormOp> batch_norm(const std::string& name, Tensor* x, Tensor* dx,
+                                                  BnActivation act, Tensor* residual,
+                                                  Tensor* d_residual) = 0;
+  virtual std::unique_ptr<PoolOp> max_pool(const std::string& name, Tensor* x, Tensor* dx,
+                                           int64_t kernel, int64_t stride, int64_t pad) = 0;
+  virtual std::unique_ptr<PoolOp> global_avg_pool(const std::string& name, Tensor* x,
+                                                  Tensor* dx) = 0;
+  virtual std::unique_ptr<LinearOp> linear(const std::string& name, Tensor* x, Tensor* dx,
+                                           int64_t out_features) = 0;
+  virtual std::unique_ptr<LossOp> softmax_cross_entropy(Tensor* logits, Tensor* dlogits) = 0;
+  virtual PointwiseOps& pointwise() = 0;
+  virtual std::unique_ptr<OptimizerOp> optimizer(const OptimizerSettings& settings,
+                                                 bool accumulation) = 0;
+
+  // Makes one allocation per memory region and binds every declared tensor.
+  virtual void allocate() = 0;
+  virtual int64_t allocated_bytes() const = 0;
+  virtual int64_t peak_memory_bytes() const = 0;
+
+  // Canonical-layout exchange (checkpoints, initialisation, tests).
+  virtual void write(Tensor* t, std::span<const float> canonical) = 0;
+  virtual void read(const Tensor* t, std::span<float> canonical) = 0;
+  // Writes a batch: uint8 NCHW images normalised with mean/std, and labels.
+  // Rows beyond `count` are zero.
+  virtual void load_batch(const uint8_t* images, const int32_t* labels, int count,
+                          std::span<const float> mean, std::span<const float> std) = 0;
+  virtual void synchronize() = 0;
+};
+
+// Creates the backend for a resolved device ("cpu", "cuda:0"). `threads`: CPU
+// threads (0 = all cores). Throws std::runtime_error when the device cannot be
+// used, with the reason.
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads,
+                                      const std::string& precision);
+
+}  // namespace xrun

@@ -1,0 +1,41 @@
+// engine/checkpoint/checkpoint.h: a model's weights and training state in
+// safetensors files. `path` holds torchvision's state_dict (parameters, BN
+// running statistics, num_batches_tracked; canonical layouts, F32/I64), so
+// torchvision.models.resnet50(num_classes=N).load_state_dict(
+// safetensors.torch.load_file(path)) works unchanged. The optimizer state
+// and step go to a companion file (optimizer_state_path(path)).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/checkpoint/safetensors.h"
+#include "engine/model/resnet.h"
+
+namespace xrun {
+
+struct CheckpointState {
+  int64_t step = 0;  // optimizer steps done
+  std::string arch;
+};
+
+// "run.safetensors" -> "run.optim.safetensors".
+std::string optimizer_state_path(const std::string& checkpoint_path);
+
+// Writes both files (each atomically; the step is recorded in both).
+void save_checkpoint(const std::string& path, const ResNet& model, Backend& backend,
+                     OptimizerOp& optimizer, const CheckpointState& state);
+
+// Restores weights, BN statistics, optimizer state and step. Throws
+// CheckpointError when a file is missing or the two files disagree.
+CheckpointState load_checkpoint(const std::string& path, ResNet& model, Backend& backend,
+                                OptimizerOp& optimizer);
+
+// Loads a state_dict (e.g. a torchvision model saved from PyTorch with
+// safetensors): every tensor the model has, no other, with matching shapes;
+// otherwise a CheckpointError naming the missing, unexpected and mis-shaped
+// tensors.
+void load_weights(const std::string& path, ResNet& model, Backend& backend);
+
+}  // namespace xrun

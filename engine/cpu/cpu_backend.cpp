@@ -1,0 +1,269 @@
+// engine/cpu/cpu_backend.cpp: the CPU backend's memory plan (declare ->
+// allocate: one zeroed allocation per region), canonical <-> oneDNN layout
+// exchange by reorders, batch loading and normalisation.
+#include "engine/cpu/cpu_backend.h"
+
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "engine/device/device_info.h"
+
+namespace xrun::cpu {
+
+namespace {
+constexpr size_t kAlign = 64;
+size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+char* zeroed_alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = std::aligned_alloc(kAlign, round_up(bytes));
+  if (!p) throw std::runtime_error("cpu backend: out of memory allocating " +
+                                   std::to_string(bytes) + " bytes");
+  std::memset(p, 0, round_up(bytes));
+  return static_cast<char*>(p);
+}
+}  // namespace
+
+// ------------------------------------------------------------- helpers --
+
+memory::desc plain_md(const memory::dims& dims, memory::data_type dt) {
+  memory::dims strides(dims.size());
+  memory::dim s = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= dims[i];
+  }
+  return memory::desc(dims, dt, strides);
+}
+
+memory::desc any_md(const memory::dims& dims) {
+  return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+}
+
+bool is_plain(const memory::desc& md) {
+  return md == plain_md(md.dims(), md.data_type());
+}
+
+void Reorder::make(const dnnl::engine& eng, const memory::desc& from, const memory::desc& to) {
+  needed = !(from == to);
+  if (needed) prim = dnnl::reorder(dnnl::reorder::primitive_desc(eng, from, eng, to));
+}
+void Reorder::bind(const memory& from, const memory& to) {
+  args = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+}
+void Reorder::run(dnnl::stream& s) {
+  if (needed) prim.execute(s, args);
+}
+
+// ------------------------------------------------------------- backend --
+
+CpuBackend::CpuBackend(int threads)
+    : threads_(threads > 0 ? threads : omp_get_num_procs()),
+      engine_(dnnl::engine::kind::cpu, 0),
+      stream_(engine_) {
+  omp_set_num_threads(threads_);
+  pointwise_ = make_pointwise(*this);
+}
+
+CpuBackend::~CpuBackend() {
+  for (char* p : allocations_) std::free(p);
+}
+
+Environment CpuBackend::environment() const {
+  Environment env = collect_environment("cpu");
+  env.fields["cpu_threads"] = std::to_string(threads_);
+  return env;
+}
+
+dnnl::primitive_attr CpuBackend::attr() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+CpuTensor* CpuBackend::declare(const std::string& name, std::vector<int64_t> dims,
+                               const memory::desc& md, TensorRole role, DType dtype) {
+  if (allocated_) throw std::logic_error("cpu backend: tensor declared after allocate(): " + name);
+  CpuTensor& t = tensors_.emplace_back();
+  t.name = name;
+  t.dims = std::move(dims);
+  t.dtype = dtype;
+  t.role = role;
+  t.md = md;
+  t.bytes = md.get_size();
+  Region& r = region_of(role);
+  t.offset = r.bytes;
+  r.bytes += round_up(t.bytes);
+  return &t;
+}
+
+std::pair<CpuTensor*, CpuTensor*> CpuBackend::declare_parameter(const std::string& name,
+                                                                std::vector<int64_t> dims,
+                                                                const memory::desc& md) {
+  CpuTensor* p = declare(name, dims, md, TensorRole::parameter);
+  CpuTensor* g = declare(name + ".grad", dims, md, TensorRole::gradient);
+  if (p->offset != g->offset) throw std::logic_error("parameter and gradient regions diverged");
+  return {p, g};
+}
+
+void CpuBackend::need_scratchpad(const memory::desc& md) {
+  scratchpad_bytes_ = std::max(scratchpad_bytes_, md.get_size());
+}
+
+Tensor* CpuBackend::tensor_like(const Tensor* like, const std::string& name, TensorRole role) {
+  return declare(name, like->dims, as_cpu(like)->md, role, like->dtype);
+}
+
+Tensor* CpuBackend::input(int64_t n, int64_t c, int64_t h, int64_t w) {
+  if (input_) throw std::logic_error("cpu backend: input() called twice");
+  input_ = declare("input", {n, c, h, w}, plain_md({n, c, h, w}), TensorRole::io);
+  return input_;
+}
+
+std::unique_ptr<ConvOp> CpuBackend::conv(const std::string& name, const ConvShape& shape,
+                                         Tensor* x, Tensor* dx) {
+  auto op = make_conv(*this, name, shape, as_cpu(x), as_cpu(dx));
+  return op;
+}
+
+std::unique_ptr<BatchNormOp> CpuBackend::batch_norm(const std::string& name, Tensor* x,
+                                                    Tensor* dx, BnActivation act,
+                                                    Tensor* residual, Tensor* d_residual) {
+  return make_batch_norm(*this, name, as_cpu(x), as_cpu(dx), act, as_cpu(residual),
+                         as_cpu(d_residual));
+}
+
+std::unique_ptr<PoolOp> CpuBackend::max_pool(const std::string& name, Tensor* x, Tensor* dx,
+                                             int64_t kernel, int64_t stride, int64_t pad) {
+  return make_max_pool(*this, name, as_cpu(x), as_cpu(dx), kernel, stride, pad);
+}
+
+std::unique_ptr<PoolOp> CpuBackend::global_avg_pool(const std::string& name, Tensor* x,
+                                                    Tensor* dx) {
+  return make_global_avg_pool(*this, name, as_cpu(x), as_cpu(dx));
+}
+
+std::unique_ptr<LinearOp> CpuBackend::linear(const std::string& name, Tensor* x, Tensor* dx,
+                                             int64_t out_features) {
+  return make_linear(*this, name, as_cpu(x), as_cpu(dx), out_features);
+}
+
+std::unique_ptr<LossOp> CpuBackend::softmax_cross_entropy(Tensor* logits, Tensor* dlogits) {
+  if (labels_) throw std::logic_error("cpu backend: one loss per model");
+  const int64_t n = logits->dims[0];
+  labels_ = declare("labels", {n}, plain_md({n}, memory::data_type::s32), TensorRole::io,
+                    DType::i32);
+  return make_softmax_cross_entropy(*this, as_cpu(logits), as_cpu(dlogits), labels_);
+}
+
+PointwiseOps& CpuBackend::pointwise() { return *pointwise_; }
+
+std::unique_ptr<OptimizerOp> CpuBackend::optimizer(const OptimizerSettings& settings,
+                                                   bool accumulation) {
+  return make_optimizer(*this, settings, accumulation);
+}
+
+float* CpuBackend::region(TensorRole role) {
+  return reinterpret_cast<float*>(region_of(role).base);
+}
+size_t CpuBackend::region_bytes(TensorRole role) const { return region_of(role).bytes; }
+
+float* CpuBackend::mirror_region(const std::string& name) {
+  if (!allocated_) throw std::logic_error("cpu backend: mirror_region before allocate()");
+  Region& r = mirrors_[name];
+  if (!r.base) {
+    r.bytes = region_bytes(TensorRole::parameter);
+    r.base = zeroed_alloc(r.bytes);
+    if (r.base) allocations_.push_back(r.base);
+    allocated_bytes_ += static_cast<int64_t>(r.bytes);
+  }
+  return reinterpret_cast<float*>(r.base);
+}
+
+void CpuBackend::allocate() {
+  if (allocated_) throw std::logic_error("cpu backend: allocate() called twice");
+  allocated_ = true;
+  for (Region& r : regions_) {
+    r.base = zeroed_alloc(r.bytes);
+    if (r.base) allocations_.push_back(r.base);
+    allocated_bytes_ += static_cast<int64_t>(r.bytes);
+  }
+  scratchpad_base_ = zeroed_alloc(std::max<size_t>(scratchpad_bytes_, kAlign));
+  allocations_.push_back(scratchpad_base_);
+  allocated_bytes_ += static_cast<int64_t>(scratchpad_bytes_);
+  scratchpad_ = memory(memory::desc({static_cast<memory::dim>(std::max<size_t>(
+                                         scratchpad_bytes_, kAlign))},
+                                    memory::data_type::u8, memory::format_tag::a),
+                       engine_, scratchpad_base_);
+  for (CpuTensor& t : tensors_) {
+    t.data = region_of(t.role).base + t.offset;
+    t.mem = memory(t.md, engine_, t.data);
+  }
+  for (CpuOp* op : ops_) op->bind();
+}
+
+int64_t CpuBackend::peak_memory_bytes() const {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // peak resident set of the process
+}
+
+// ------------------------------------------------------ canonical data --
+
+void CpuBackend::write(Tensor* t, std::span<const float> canonical) {
+  CpuTensor* ct = as_cpu(t);
+  if (static_cast<int64_t>(canonical.size()) != t->numel())
+    throw std::invalid_argument("write " + t->name + ": " + std::to_string(canonical.size()) +
+                                " values for " + std::to_string(t->numel()) + " elements");
+  if (!ct->data) throw std::logic_error("write before allocate(): " + t->name);
+  memory user(plain_md(ct->md.dims()), engine_, const_cast<float*>(canonical.data()));
+  dnnl::reorder(user, ct->mem).execute(stream_, user, ct->mem);
+  stream_.wait();
+}
+
+void CpuBackend::read(const Tensor* t, std::span<float> canonical) {
+  const CpuTensor* ct = as_cpu(t);
+  if (static_cast<int64_t>(canonical.size()) != t->numel())
+    throw std::invalid_argument("read " + t->name + ": room for " +
+                                std::to_string(canonical.size()) + " values, tensor has " +
+                                std::to_string(t->numel()));
+  memory user(plain_md(ct->md.dims()), engine_, canonical.data());
+  dnnl::reorder(ct->mem, user).execute(stream_, const_cast<memory&>(ct->mem), user);
+  stream_.wait();
+}
+
+void CpuBackend::load_batch(const uint8_t* images, const int32_t* labels, int count,
+                            std::span<const float> mean, std::span<const float> std) {
+  if (!input_ || !labels_) throw std::logic_error("load_batch: model has no input or loss");
+  const int64_t n = input_->dims[0], c = input_->dims[1];
+  const int64_t hw = input_->dims[2] * input_->dims[3];
+  if (count > n) throw std::invalid_argument("load_batch: batch larger than the plan");
+  if (static_cast<int64_t>(mean.size()) != c || static_cast<int64_t>(std.size()) != c)
+    throw std::invalid_argument("load_batch: mean/std need one value per channel");
+  float* dst = static_cast<float*>(input_->data);
+  // Per channel: x = (pixel/255 - mean) / std  =  pixel * a + b.
+  float a[16], b[16];
+  for (int64_t ch = 0; ch < c && ch < 16; ++ch) {
+    a[ch] = 1.0f / (255.0f * std[ch]);
+    b[ch] = -mean[ch] / std[ch];
+  }
+#pragma omp parallel for collapse(2)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t ch = 0; ch < c; ++ch) {
+      float* out = dst + (i * c + ch) * hw;
+      if (i >= count) {
+        std::memset(out, 0, hw * sizeof(float));
+        continue;
+      }
+      const uint8_t* in = images + (i * c + ch) * hw;
+      for (int64_t p = 0; p < hw; ++p) out[p] = in[p] * a[ch] + b[ch];
+    }
+  int32_t* lab = static_cast<int32_t*>(labels_->data);
+  for (int64_t i = 0; i < n; ++i) lab[i] = i < count ? labels[i] : 0;
+}
+
+}  // namespace xrun::cpu

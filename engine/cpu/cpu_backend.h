@@ -1,0 +1,159 @@
+// engine/cpu/cpu_backend.h: the CPU backend on oneDNN 2.6. Tensors keep the
+// layout oneDNN's primitives prefer (blocked nChw16c / nChw8c activations,
+// blocked weights); primitives are created once when the model is built,
+// with one shared user scratchpad; every tensor lives in one allocation per
+// memory region. The op families are in conv.cpp, batchnorm.cpp,
+// pooling.cpp, linear.cpp, loss.cpp, pointwise.cpp and optimizer.cpp.
+#pragma once
+
+#include <array>
+#include <deque>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/backend.h"
+
+namespace xrun::cpu {
+
+using dnnl::memory;
+using Args = std::unordered_map<int, memory>;
+
+struct CpuTensor : Tensor {
+  memory::desc md;
+  memory mem;  // created by allocate(), pointing into the tensor's region
+};
+
+inline CpuTensor* as_cpu(Tensor* t) { return static_cast<CpuTensor*>(t); }
+inline const CpuTensor* as_cpu(const Tensor* t) { return static_cast<const CpuTensor*>(t); }
+
+// Every CPU op: primitives are made at construction; bind() runs once after
+// allocation and builds the argument maps, so executing allocates nothing.
+class CpuOp {
+ public:
+  virtual ~CpuOp() = default;
+  virtual void bind() = 0;
+};
+
+// A reorder between two layouts, made only when they differ.
+struct Reorder {
+  bool needed = false;
+  dnnl::reorder prim;
+  Args args;
+  void make(const dnnl::engine& eng, const memory::desc& from, const memory::desc& to);
+  void bind(const memory& from, const memory& to);
+  void run(dnnl::stream& s);
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads);
+  ~CpuBackend() override;
+
+  std::string name() const override { return "cpu"; }
+  Environment environment() const override;
+
+  Tensor* tensor_like(const Tensor* like, const std::string& name, TensorRole role) override;
+  Tensor* input(int64_t n, int64_t c, int64_t h, int64_t w) override;
+  std::unique_ptr<ConvOp> conv(const std::string& name, const ConvShape& shape, Tensor* x,
+                               Tensor* dx) override;
+  std::unique_ptr<BatchNormOp> batch_norm(const std::string& name, Tensor* x, Tensor* dx,
+                                          BnActivation act, Tensor* residual,
+                                          Tensor* d_residual) override;
+  std::unique_ptr<PoolOp> max_pool(const std::string& name, Tensor* x, Tensor* dx,
+                                   int64_t kernel, int64_t stride, int64_t pad) override;
+  std::unique_ptr<PoolOp> global_avg_pool(const std::string& name, Tensor* x,
+                                           Tensor* dx) override;
+  std::unique_ptr<LinearOp> linear(const std::string& name, Tensor* x, Tensor* dx,
+                                   int64_t out_features) override;
+  std::unique_ptr<LossOp> softmax_cross_entropy(Tensor* logits, Tensor* dlogits) override;
+  PointwiseOps& pointwise() override;
+  std::unique_ptr<OptimizerOp> optimizer(const OptimizerSettings& settings,
+                                         bool accumulation) override;
+
+  void allocate() override;
+  int64_t allocated_bytes() const override { return allocated_bytes_; }
+  int64_t peak_memory_bytes() const override;
+
+  void write(Tensor* t, std::span<const float> canonical) override;
+  void read(const Tensor* t, std::span<float> canonical) override;
+  void load_batch(const uint8_t* images, const int32_t* labels, int count,
+                  std::span<const float> mean, std::span<const float> std) override;
+  void synchronize() override {}
+
+  // ---- for the op files ----
+  dnnl::engine& engine() { return engine_; }
+  dnnl::stream& stream() { return stream_; }
+  dnnl::primitive_attr attr();  // user scratchpad
+  // Declares a tensor of `md` in `role`'s region; bound by allocate().
+  CpuTensor* declare(const std::string& name, std::vector<int64_t> dims, const memory::desc& md,
+                     TensorRole role, DType dtype = DType::f32);
+  // Declares a parameter and its gradient at the same offset of their regions.
+  std::pair<CpuTensor*, CpuTensor*> declare_parameter(const std::string& name,
+                                                      std::vector<int64_t> dims,
+                                                      const memory::desc& md);
+  void need_scratchpad(const memory::desc& md);
+  const memory& scratchpad() const { return scratchpad_; }
+  void register_op(CpuOp* op) { ops_.push_back(op); }
+  // Flat views of a whole region, for the optimizer.
+  float* region(TensorRole role);
+  size_t region_bytes(TensorRole role) const;
+  // Regions the optimizer adds: same size as the parameter region.
+  float* mirror_region(const std::string& name);
+  int threads() const { return threads_; }
+
+ private:
+  struct Region {
+    size_t bytes = 0;
+    char* base = nullptr;
+  };
+  Region& region_of(TensorRole role) { return regions_[static_cast<size_t>(role)]; }
+  const Region& region_of(TensorRole role) const { return regions_[static_cast<size_t>(role)]; }
+
+  int threads_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::deque<CpuTensor> tensors_;  // stable addresses
+  std::array<Region, 7> regions_{};
+  std::unordered_map<std::string, Region> mirrors_;
+  size_t scratchpad_bytes_ = 0;
+  memory scratchpad_;
+  char* scratchpad_base_ = nullptr;
+  std::vector<CpuOp*> ops_;
+  std::unique_ptr<PointwiseOps> pointwise_;
+  CpuTensor* input_ = nullptr;
+  CpuTensor* labels_ = nullptr;
+  bool allocated_ = false;
+  int64_t allocated_bytes_ = 0;
+  std::vector<char*> allocations_;
+
+  friend class CpuLoss;
+};
+
+// Memory descriptor helpers.
+memory::desc plain_md(const memory::dims& dims, memory::data_type dt = memory::data_type::f32);
+memory::desc any_md(const memory::dims& dims);
+// Does `md` keep elements in canonical (row-major, unpadded) order?
+bool is_plain(const memory::desc& md);
+
+// Op factories, one per file.
+std::unique_ptr<ConvOp> make_conv(CpuBackend& be, const std::string& name, const ConvShape& shape,
+                                  CpuTensor* x, CpuTensor* dx);
+std::unique_ptr<BatchNormOp> make_batch_norm(CpuBackend& be, const std::string& name,
+                                             CpuTensor* x, CpuTensor* dx, BnActivation act,
+                                             CpuTensor* residual, CpuTensor* d_residual);
+std::unique_ptr<PoolOp> make_max_pool(CpuBackend& be, const std::string& name, CpuTensor* x,
+                                      CpuTensor* dx, int64_t kernel, int64_t stride, int64_t pad);
+std::unique_ptr<PoolOp> make_global_avg_pool(CpuBackend& be, const std::string& name,
+                                             CpuTensor* x, CpuTensor* dx);
+std::unique_ptr<LinearOp> make_linear(CpuBackend& be, const std::string& name, CpuTensor* x,
+                                      CpuTensor* dx, int64_t out_features);
+std::unique_ptr<LossOp> make_softmax_cross_entropy(CpuBackend& be, CpuTensor* logits,
+                                                   CpuTensor* dlogits, CpuTensor* labels);
+std::unique_ptr<PointwiseOps> make_pointwise(CpuBackend& be);
+std::unique_ptr<OptimizerOp> make_optimizer(CpuBackend& be, const OptimizerSettings& settings,
+                                            bool accumulation);
+
+}  // namespace xrun::cpu

@@ -1,0 +1,85 @@
+// engine/cpu/loss.cpp: softmax cross-entropy over plain [N, K] logits, mean
+// over the valid rows, fused with its gradient: dlogits = (softmax - onehot)
+// * grad_scale / valid. Computed in double per row for a stable log-sum-exp.
+#include <cmath>
+#include <stdexcept>
+
+#include "engine/cpu/cpu_backend.h"
+
+namespace xrun::cpu {
+
+namespace {
+
+class CpuLoss final : public LossOp {
+ public:
+  CpuLoss(CpuTensor* logits, CpuTensor* dlogits, CpuTensor* labels_tensor)
+      : logits_(logits), dlogits_(dlogits) {
+    if (!is_plain(logits->md) || !is_plain(dlogits->md) || logits->dims.size() != 2)
+      throw std::logic_error("softmax cross-entropy needs plain [N, K] logits");
+    labels = labels_tensor;
+  }
+
+  void forward_backward(int valid_rows, float grad_scale) override {
+    run(valid_rows, true, grad_scale);
+  }
+  void forward(int valid_rows) override { run(valid_rows, false, 0.0f); }
+  Results read_results() override { return results_; }
+
+ private:
+  void run(int valid, bool backward, float grad_scale) {
+    const int64_t n = logits_->dims[0], k = logits_->dims[1];
+    if (valid < 0 || valid > n) throw std::invalid_argument("loss: valid rows out of range");
+    const float* z = static_cast<const float*>(logits_->data);
+    float* dz = static_cast<float*>(dlogits_->data);
+    const int32_t* y = static_cast<const int32_t*>(labels->data);
+    double loss_sum = 0;
+    int64_t correct = 0;
+    const double scale = valid > 0 ? grad_scale / static_cast<double>(valid) : 0.0;
+    bool bad_label = false;
+#pragma omp parallel for reduction(+ : loss_sum, correct) reduction(|| : bad_label)
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = z + i * k;
+      float* drow = dz + i * k;
+      if (i >= valid) {
+        if (backward)
+          for (int64_t j = 0; j < k; ++j) drow[j] = 0.0f;
+        continue;
+      }
+      const int32_t label = y[i];
+      if (label < 0 || label >= k) {
+        bad_label = true;
+        continue;
+      }
+      int64_t argmax = 0;
+      double mx = row[0];
+      for (int64_t j = 1; j < k; ++j)
+        if (row[j] > mx) mx = row[j], argmax = j;
+      double sum = 0;
+      for (int64_t j = 0; j < k; ++j) sum += std::exp(row[j] - mx);
+      const double lse = mx + std::log(sum);
+      loss_sum += lse - row[label];
+      correct += argmax == label;
+      if (backward) {
+        for (int64_t j = 0; j < k; ++j) {
+          const double p = std::exp(row[j] - lse);
+          drow[j] = static_cast<float>((p - (j == label ? 1.0 : 0.0)) * scale);
+        }
+      }
+    }
+    if (bad_label) throw std::runtime_error("loss: a label is outside [0, num_classes)");
+    results_ = {loss_sum, correct, valid};
+  }
+
+  CpuTensor* logits_;
+  CpuTensor* dlogits_;
+  Results results_;
+};
+
+}  // namespace
+
+std::unique_ptr<LossOp> make_softmax_cross_entropy(CpuBackend& be, CpuTensor* logits,
+                                                   CpuTensor* dlogits, CpuTensor* labels) {
+  return std::make_unique<CpuLoss>(logits, dlogits, labels);
+}
+
+}  // namespace xrun::cpu

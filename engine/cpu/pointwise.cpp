@@ -1,0 +1,42 @@
+// engine/cpu/pointwise.cpp: elementwise ops on tensors that share a layout
+// (residual gradient sums, copies). Layout-agnostic: blocked padding is zero
+// in both operands and stays zero.
+#include <cstring>
+#include <stdexcept>
+
+#include "engine/cpu/cpu_backend.h"
+
+namespace xrun::cpu {
+
+namespace {
+
+class CpuPointwise final : public PointwiseOps {
+ public:
+  void add_inplace(Tensor* dst, const Tensor* src) override {
+    check(dst, src);
+    float* d = static_cast<float*>(dst->data);
+    const float* s = static_cast<const float*>(src->data);
+    const int64_t n = static_cast<int64_t>(dst->bytes / sizeof(float));
+#pragma omp parallel for simd
+    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+  }
+  void copy(Tensor* dst, const Tensor* src) override {
+    check(dst, src);
+    std::memcpy(dst->data, src->data, dst->bytes);
+  }
+
+ private:
+  static void check(const Tensor* dst, const Tensor* src) {
+    if (!(as_cpu(dst)->md == as_cpu(src)->md) || dst->dtype != DType::f32)
+      throw std::logic_error("pointwise: " + dst->name + " and " + src->name +
+                             " differ in layout or type");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<PointwiseOps> make_pointwise(CpuBackend&) {
+  return std::make_unique<CpuPointwise>();
+}
+
+}  // namespace xrun::cpu

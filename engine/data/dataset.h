@@ -1,0 +1,57 @@
+// engine/data/dataset.h: random access to labelled uint8 images, one class per
+// source format (CIFAR-10 binary, IDX, synthetic). Images are CHW uint8 at the
+// size the run asks for (data.image_size, data.channels); a dataset that holds
+// another size places its images there (bilinear resize, gray replicated to
+// the channels asked for). Files are read and checked when the dataset is
+// opened, so a missing, truncated or malformed file fails before training.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+
+namespace xrun::data {
+
+// A dataset file problem: what() names the file and what was wrong with it.
+class DataError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class Split { train, test };
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual int channels() const = 0;
+  virtual int height() const = 0;
+  virtual int width() const = 0;
+  virtual int num_classes() const = 0;
+  // Writes sample `index` as channels()*height()*width() bytes, CHW, and its
+  // label. Thread-safe: loader workers call it concurrently.
+  virtual void get(int64_t index, uint8_t* chw, int32_t* label) const = 0;
+  // One line for logs: "cifar10 train: 50000 images from data/cifar-10-batches-bin".
+  virtual std::string describe() const = 0;
+};
+
+// Opens the split named by cfg.source, honouring image_size, channels,
+// num_classes (synthetic), limit / test_limit. Throws DataError.
+std::unique_ptr<Dataset> open_dataset(const DataConfig& cfg, Split split, uint64_t seed);
+
+// Native properties of a source, for resolving defaults before any file is
+// read: classes, channels, image size, mean/std, default path.
+struct SourceDefaults {
+  int num_classes;
+  int channels;
+  int image_size;
+  std::vector<float> mean, std;
+  std::string path;
+};
+SourceDefaults source_defaults(const std::string& source);
+
+}  // namespace xrun::data

@@ -1,0 +1,84 @@
+// engine/data/file_read.cpp: whole-file reads and gzip decompression with
+// zlib's inflate (gzip wrapper, concatenated members allowed).
+#include "engine/data/file_read.h"
+
+#include <zlib.h>
+
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include "engine/data/dataset.h"
+
+namespace xrun::data {
+
+std::vector<uint8_t> read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
+  const std::streamoff size = in.tellg();
+  if (size < 0) throw DataError(path + ": cannot determine the file size");
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  in.seekg(0);
+  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size))
+    throw DataError(path + ": read error after " + std::to_string(in.gcount()) + " of " +
+                    std::to_string(size) + " bytes");
+  return bytes;
+}
+
+bool is_gzip(const std::vector<uint8_t>& bytes) {
+  return bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b;
+}
+
+std::vector<uint8_t> gunzip(const std::vector<uint8_t>& gz, const std::string& path) {
+  std::vector<uint8_t> out;
+  // The trailer's ISIZE (size mod 2^32) of the last member is a good first guess.
+  size_t guess = gz.size() * 4;
+  if (gz.size() >= 18) {
+    const uint8_t* t = gz.data() + gz.size() - 4;
+    const size_t isize = t[0] | t[1] << 8 | t[2] << 16 | static_cast<size_t>(t[3]) << 24;
+    // Deflate expands at most ~1032:1; a larger ISIZE is garbage, not a size.
+    guess = std::max(guess, std::min(isize, gz.size() * 1032));
+  }
+  out.resize(std::max<size_t>(guess, 1024));
+
+  z_stream zs{};
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw DataError(path + ": zlib init failed");
+  size_t in_pos = 0, out_pos = 0;
+  int rc = Z_OK;
+  for (;;) {
+    if (out_pos == out.size()) out.resize(out.size() * 2);
+    const size_t in_chunk = std::min<size_t>(gz.size() - in_pos, std::numeric_limits<uInt>::max());
+    const size_t out_chunk = std::min<size_t>(out.size() - out_pos, std::numeric_limits<uInt>::max());
+    zs.next_in = const_cast<Bytef*>(gz.data() + in_pos);
+    zs.avail_in = static_cast<uInt>(in_chunk);
+    zs.next_out = out.data() + out_pos;
+    zs.avail_out = static_cast<uInt>(out_chunk);
+    rc = inflate(&zs, Z_NO_FLUSH);
+    in_pos += in_chunk - zs.avail_in;
+    out_pos += out_chunk - zs.avail_out;
+    if (rc == Z_STREAM_END) {
+      // Another gzip member may follow (concatenated files are valid gzip).
+      if (in_pos + 2 <= gz.size() && gz[in_pos] == 0x1f && gz[in_pos + 1] == 0x8b) {
+        inflateReset(&zs);
+        continue;
+      }
+      break;
+    }
+    if (rc == Z_BUF_ERROR && zs.avail_out > 0 && in_pos == gz.size()) {
+      inflateEnd(&zs);
+      throw DataError(path + ": gzip data ends early (truncated file?) after " +
+                      std::to_string(out_pos) + " decompressed bytes");
+    }
+    if (rc != Z_OK && rc != Z_BUF_ERROR) {
+      const std::string msg = zs.msg ? zs.msg : "error " + std::to_string(rc);
+      inflateEnd(&zs);
+      throw DataError(path + ": corrupt gzip data (zlib: " + msg + ")");
+    }
+  }
+  inflateEnd(&zs);
+  out.resize(out_pos);
+  out.shrink_to_fit();
+  return out;
+}
+
+}  // namespace xrun::data

@@ -1,0 +1,22 @@
+// engine/data/file_read.h: reading a dataset file whole into memory, and
+// gunzipping it when it starts with the gzip magic bytes (1f 8b). Errors
+// are DataError naming the file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace xrun::data {
+
+// The bytes of `path`; throws DataError if it cannot be opened or read.
+std::vector<uint8_t> read_file_bytes(const std::string& path);
+
+// True when `bytes` starts with the gzip magic 1f 8b.
+bool is_gzip(const std::vector<uint8_t>& bytes);
+
+// Decompresses gzip data (all members); `path` only names the file in
+// errors (corrupt or truncated stream).
+std::vector<uint8_t> gunzip(const std::vector<uint8_t>& gz, const std::string& path);
+
+}  // namespace xrun::data

@@ -1,0 +1,102 @@
+// engine/model/resnet.h: the one model definition of the ResNet family
+// (torchvision's resnet18/34/50/101/152), written once against the Backend
+// interface. Module and tensor names are torchvision's state_dict keys
+// ("layer1.0.conv1.weight", "layer4.2.bn3.running_var", "fc.bias"), so
+// checkpoints load into torchvision unchanged.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+
+namespace xrun {
+
+struct ModelSpec {
+  std::string arch = "resnet50";
+  int64_t num_classes = 10;
+  int64_t batch = 32;
+  int64_t channels = 3;
+  int64_t image_size = 32;
+};
+
+// One state_dict entry, in torchvision's order.
+struct StateEntry {
+  enum class Kind { parameter, running_stat, counter };
+  std::string name;
+  Kind kind = Kind::parameter;
+  Tensor* tensor = nullptr;  // null for counters (num_batches_tracked)
+  Tensor* grad = nullptr;    // parameters only
+  std::vector<int64_t> dims; // canonical
+};
+
+// Called around every layer's forward and backward when per-layer profiling is
+// on (NVTX ranges, host timers); empty = no cost.
+struct LayerHooks {
+  std::function<void(const std::string& layer)> begin;
+  std::function<void()> end;
+};
+
+class ResNet {
+ public:
+  // Builds every op on `backend` (declares all tensors); call
+  // backend.allocate() afterwards, then init_parameters or load weights.
+  ResNet(Backend& backend, const ModelSpec& spec);
+  ~ResNet();
+  ResNet(const ResNet&) = delete;
+  ResNet& operator=(const ResNet&) = delete;
+
+  void forward(bool training);  // input() -> logits()
+  void backward();              // dlogits() -> every parameter gradient
+
+  Tensor* input() const { return input_; }
+  Tensor* logits() const;
+  Tensor* dlogits() const;
+  const ModelSpec& spec() const { return spec_; }
+
+  const std::vector<StateEntry>& state() const { return state_; }
+  int64_t parameter_count() const;
+  // BN's num_batches_tracked: one counter for the whole model (every BN layer
+  // sees every training batch).
+  int64_t num_batches_tracked = 0;
+
+  // torchvision's initialisation: Kaiming normal (fan_out, relu) for convs,
+  // BN weight 1 / bias 0 / running mean 0 / var 1, nn.Linear's default for fc.
+  void init_parameters(uint64_t seed);
+
+  void set_layer_hooks(LayerHooks hooks) { hooks_ = std::move(hooks); }
+
+  struct Block;  // a bottleneck or basic block
+ private:
+  struct Conv;
+  struct BN;
+  void add_conv(Conv& c, const std::string& name, const ConvShape& shape, Tensor* x, Tensor* dx);
+  void add_bn(BN& b, const std::string& name, Tensor* x, Tensor* dx, BnActivation act,
+              Tensor* residual = nullptr, Tensor* d_residual = nullptr);
+  void add_state(const std::string& prefix, BatchNormOp& op);
+
+  Backend& backend_;
+  ModelSpec spec_;
+  LayerHooks hooks_;
+  Tensor* input_ = nullptr;
+  std::unique_ptr<Conv> conv1_;
+  std::unique_ptr<BN> bn1_;
+  std::unique_ptr<PoolOp> maxpool_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  std::unique_ptr<PoolOp> avgpool_;
+  std::unique_ptr<LinearOp> fc_;
+  std::vector<StateEntry> state_;
+};
+
+// Block layout per arch: {bottleneck?, blocks per stage}. Throws for an
+// unknown arch name.
+struct ResNetLayout {
+  bool bottleneck;
+  int stages[4];
+};
+ResNetLayout resnet_layout(const std::string& arch);
+
+}  // namespace xrun

@@ -1,0 +1,84 @@
+// engine/records.h: the plain values a training run hands to the store:
+// one StepRecord per step, one EpochRecord per epoch, phase and kernel totals,
+// the environment the run saw, and the run's summary figures.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace xrun {
+
+enum class StepKind { warmup, measured, unmeasured };
+const char* to_string(StepKind kind);
+
+struct StepRecord {
+  int64_t step = 0;        // 0-based optimizer step index within the run
+  int epoch = 0;           // 0-based
+  StepKind kind = StepKind::measured;
+  double step_ms = 0;      // wall time of the whole step (data wait included)
+  double data_wait_ms = 0; // time the step waited for its batch
+  double loss = 0;         // NaN when not read back this step
+  double lr = 0;
+  double loss_scale = 1;   // fp16: the dynamic scale used for this step
+  int64_t images = 0;      // images consumed by this step (accumulation included)
+  bool skipped = false;    // fp16: optimizer step skipped on inf/NaN gradients
+};
+
+struct EpochRecord {
+  int epoch = 0;
+  double train_loss = 0;    // mean of the losses read back during the epoch
+  double test_loss = 0;     // NaN when not evaluated
+  double test_accuracy = 0; // top-1 in [0,1], NaN when not evaluated
+  double seconds = 0;       // wall time of the epoch's training (eval excluded)
+  double eval_seconds = 0;
+  int64_t images = 0;
+};
+
+// Time spent in one phase (data_wait, h2d, forward, backward, optimizer, eval,
+// ...) over the measured steps.
+struct PhaseRecord {
+  std::string phase;
+  int64_t calls = 0;
+  double host_ms = 0;  // host wall time
+  double gpu_ms = 0;   // device time (0 on the CPU engine)
+};
+
+// One kernel name's totals (CUDA engine with CUPTI).
+struct KernelRecord {
+  std::string name;
+  std::string phase;
+  int64_t calls = 0;
+  double total_ms = 0, min_ms = 0, max_ms = 0;
+};
+
+// Where a run ran: device, libraries, host. Flat key/value pairs so the store
+// keeps whatever a backend knows without a schema change for each new field.
+struct Environment {
+  std::map<std::string, std::string> fields;  // e.g. "device_name" -> "AMD EPYC"
+  std::string get(const std::string& key) const {
+    auto it = fields.find(key);
+    return it == fields.end() ? std::string() : it->second;
+  }
+};
+
+// Headline figures of a finished run, computed from the measured steps.
+struct RunSummary {
+  int64_t measured_steps = 0;
+  int64_t measured_images = 0;
+  double measured_seconds = 0;
+  double throughput = 0;        // images / wall time over the measured steps
+  double step_ms_median = 0, step_ms_p10 = 0, step_ms_p90 = 0;
+  double step_ms_mean = 0, step_ms_stddev = 0;
+  int64_t step_outliers = 0;    // steps beyond median +- 5 MAD (hyperfine's rule)
+  double data_wait_fraction = 0;
+  int64_t peak_memory_bytes = 0;
+  int64_t skipped_steps = 0;
+  double final_loss = 0;
+  double test_accuracy = 0;     // last evaluation, NaN when none
+  double test_loss = 0;
+  int batch_size = 0;           // as run (resolves "auto")
+};
+
+}  // namespace xrun

@@ -1,0 +1,58 @@
+// engine/step_stats.cpp: see step_stats.h.
+#include "engine/step_stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace xrun {
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+int64_t count_outliers(const std::vector<double>& values) {
+  if (values.size() < 3) return 0;
+  const double med = quantile(values, 0.5);
+  std::vector<double> dev;
+  dev.reserve(values.size());
+  for (double x : values) dev.push_back(std::fabs(x - med));
+  const double mad = 1.4826 * quantile(dev, 0.5);
+  if (mad <= 0) return 0;
+  return std::count_if(values.begin(), values.end(),
+                       [&](double x) { return std::fabs(x - med) > 5 * mad; });
+}
+
+void summarize_steps(std::span<const StepRecord> steps, RunSummary& s) {
+  std::vector<double> times;
+  double total_ms = 0, wait_ms = 0;
+  int64_t images = 0;
+  s.skipped_steps = 0;
+  for (const StepRecord& r : steps) {
+    if (r.skipped) ++s.skipped_steps;
+    if (r.kind != StepKind::measured) continue;
+    times.push_back(r.step_ms);
+    total_ms += r.step_ms;
+    wait_ms += r.data_wait_ms;
+    images += r.images;
+  }
+  s.measured_steps = static_cast<int64_t>(times.size());
+  s.measured_images = images;
+  s.measured_seconds = total_ms / 1000.0;
+  s.throughput = total_ms > 0 ? images / (total_ms / 1000.0) : 0;
+  s.step_ms_median = quantile(times, 0.5);
+  s.step_ms_p10 = quantile(times, 0.1);
+  s.step_ms_p90 = quantile(times, 0.9);
+  s.step_ms_mean = times.empty() ? 0 : total_ms / static_cast<double>(times.size());
+  double var = 0;
+  for (double t : times) var += (t - s.step_ms_mean) * (t - s.step_ms_mean);
+  s.step_ms_stddev = times.size() > 1 ? std::sqrt(var / static_cast<double>(times.size() - 1)) : 0;
+  s.step_outliers = count_outliers(times);
+  s.data_wait_fraction = total_ms > 0 ? wait_ms / total_ms : 0;
+}
+
+}  // namespace xrun

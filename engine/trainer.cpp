@@ -1,0 +1,344 @@
+// engine/trainer.cpp: the training run. Reads top to bottom: set up (backend,
+// data, model, optimizer, memory plan, weights), the step loop (micro-batches
+// with accumulation, optimizer step, records), epoch ends (evaluation,
+// checkpoint), summary. Every step's record leaves through TrainEvents as
+// soon as the step ends.
+#include "engine/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include "engine/backend.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/data/dataset.h"
+#include "engine/data/loader.h"
+#include "engine/model/resnet.h"
+#include "engine/schedule.h"
+#include "engine/step_stats.h"
+#include "profiler/phase_timer.h"
+
+namespace xrun {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using profiler::Phase;
+using profiler::ScopedPhase;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+std::string where(int64_t step, int epoch) {
+  return "step " + std::to_string(step) + " (epoch " + std::to_string(epoch + 1) + ")";
+}
+
+data::LoaderOptions loader_options(const RunConfig& cfg, int batch, bool training) {
+  data::LoaderOptions o;
+  o.batch_size = batch;
+  o.shuffle = training && cfg.data.shuffle;
+  o.drop_last = training;
+  o.random_crop = training && cfg.data.random_crop;
+  o.hflip = training && cfg.data.hflip;
+  o.workers = cfg.data.workers;
+  o.prefetch = cfg.data.prefetch;
+  o.seed = cfg.train.seed;
+  return o;
+}
+
+// Everything one run holds, built in order.
+struct Run {
+  const RunConfig& cfg;
+  const TrainEvents& ev;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<data::Dataset> train_set, test_set;
+  std::unique_ptr<ResNet> model;
+  std::unique_ptr<LossOp> loss;
+  std::unique_ptr<OptimizerOp> optimizer;
+  std::unique_ptr<data::Loader> train_loader, test_loader;
+  profiler::PhaseTimer phases;
+  int batch = 0;
+  int64_t steps_per_epoch = 0, total_steps = 0;
+  int epochs = 0;
+
+  Run(const RunConfig& c, const TrainEvents& e) : cfg(c), ev(e) {}
+
+  void message(const std::string& m) const {
+    if (ev.message) ev.message(m);
+  }
+
+  void set_up() {
+    backend = make_backend(cfg.train.device, cfg.train.threads, cfg.train.precision);
+    train_set = data::open_dataset(cfg.data, data::Split::train, cfg.train.seed);
+    if (cfg.train.eval) test_set = data::open_dataset(cfg.data, data::Split::test, cfg.train.seed);
+    if (train_set->num_classes() > cfg.model.num_classes)
+      throw TrainError("model.num_classes = " + std::to_string(cfg.model.num_classes) +
+                       " but the data has " + std::to_string(train_set->num_classes()) +
+                       " classes");
+    batch = cfg.train.batch_size;
+    if (batch <= 0)
+      throw TrainError("train.batch_size = \"auto\" sizes the batch to GPU memory; on " +
+                       cfg.train.device + " give a number");
+
+    ModelSpec spec;
+    spec.arch = cfg.model.arch;
+    spec.num_classes = cfg.model.num_classes;
+    spec.batch = batch;
+    spec.channels = cfg.data.channels;
+    spec.image_size = cfg.data.image_size;
+    model = std::make_unique<ResNet>(*backend, spec);
+    loss = backend->softmax_cross_entropy(model->logits(), model->dlogits());
+    OptimizerSettings os;
+    os.name = cfg.train.optimizer.name;
+    os.weight_decay = cfg.train.optimizer.weight_decay;
+    os.beta1 = cfg.train.optimizer.beta1;
+    os.beta2 = cfg.train.optimizer.beta2;
+    os.eps = cfg.train.optimizer.eps;
+    os.momentum = cfg.train.optimizer.momentum;
+    os.nesterov = cfg.train.optimizer.nesterov;
+    optimizer = backend->optimizer(os, cfg.train.accumulate > 1);
+    backend->allocate();
+
+    train_loader = std::make_unique<data::Loader>(*train_set, loader_options(cfg, batch, true));
+    if (test_set)
+      test_loader = std::make_unique<data::Loader>(*test_set, loader_options(cfg, batch, false));
+    steps_per_epoch = train_loader->batches_per_epoch() / cfg.train.accumulate;
+    if (steps_per_epoch < 1)
+      throw TrainError("the training set (" + std::to_string(train_set->size()) +
+                       " images) is smaller than one step (batch " + std::to_string(batch) +
+                       " x accumulate " + std::to_string(cfg.train.accumulate) + ")");
+    if (cfg.train.epochs > 0) {
+      epochs = cfg.train.epochs;
+      total_steps = steps_per_epoch * epochs;
+    } else {
+      total_steps = cfg.train.steps;
+      epochs = static_cast<int>((total_steps + steps_per_epoch - 1) / steps_per_epoch);
+    }
+  }
+
+  // Weights: resume from the checkpoint, or given weights, or fresh init.
+  // Returns the step to start from.
+  int64_t initialise() {
+    const std::string& ckpt = cfg.train.checkpoint;
+    if (cfg.train.resume && !ckpt.empty() && std::filesystem::exists(ckpt)) {
+      CheckpointState st = load_checkpoint(ckpt, *model, *backend, *optimizer);
+      message("resumed from " + ckpt + " at step " + std::to_string(st.step));
+      if (st.step > total_steps)
+        throw TrainError(ckpt + " is at step " + std::to_string(st.step) +
+                         ", beyond this run's " + std::to_string(total_steps) + " steps");
+      return st.step;
+    }
+    if (cfg.train.resume && !ckpt.empty())
+      message("train.resume: no checkpoint at " + ckpt + " yet; starting from scratch");
+    if (!cfg.model.weights.empty()) {
+      load_weights(cfg.model.weights, *model, *backend);
+      message("loaded weights from " + cfg.model.weights);
+    } else {
+      model->init_parameters(cfg.train.seed);
+    }
+    return 0;
+  }
+
+  void save(int64_t step) {
+    if (cfg.train.checkpoint.empty()) return;
+    const auto t0 = Clock::now();
+    CheckpointState st;
+    st.step = step;
+    st.arch = cfg.model.arch;
+    save_checkpoint(cfg.train.checkpoint, *model, *backend, *optimizer, st);
+    phases.add(Phase::checkpoint, ms_since(t0));
+  }
+
+  // Loss and top-1 accuracy on the test split, BN in inference mode.
+  std::pair<double, double> evaluate() {
+    const auto t0 = Clock::now();
+    double loss_sum = 0;
+    int64_t correct = 0, rows = 0;
+    test_loader->start_epoch(0);
+    while (const data::HostBatch* b = test_loader->next()) {
+      backend->load_batch(b->images, b->labels, b->count, cfg.data.mean, cfg.data.std);
+      const int count = b->count;
+      test_loader->release(b);
+      model->forward(false);
+      loss->forward(count);
+      const LossOp::Results r = loss->read_results();
+      loss_sum += r.loss_sum;
+      correct += r.correct;
+      rows += r.rows;
+    }
+    phases.add(Phase::eval, ms_since(t0));
+    if (rows == 0) return {NAN, NAN};
+    return {loss_sum / rows, static_cast<double>(correct) / rows};
+  }
+
+  StepKind kind_of(int64_t step) const {
+    if (step < cfg.measure.warmup_steps) return StepKind::warmup;
+    if (cfg.measure.measure_steps > 0 &&
+        step >= cfg.measure.warmup_steps + cfg.measure.measure_steps)
+      return StepKind::unmeasured;
+    return StepKind::measured;
+  }
+};
+
+}  // namespace
+
+TrainResult train(const RunConfig& cfg, const TrainEvents& ev) {
+  Run run(cfg, ev);
+  run.set_up();
+  const int64_t start = run.initialise();
+  TrainResult result;
+  result.environment = run.backend->environment();
+  result.environment.fields["parameters"] = std::to_string(run.model->parameter_count());
+  if (ev.started) {
+    RunShape shape;
+    shape.total_steps = run.total_steps;
+    shape.steps_per_epoch = run.steps_per_epoch;
+    shape.start_step = start;
+    shape.epochs = run.epochs;
+    shape.batch_size = run.batch;
+    shape.parameters = run.model->parameter_count();
+    ev.started(result.environment, shape);
+  }
+
+  const int accumulate = cfg.train.accumulate;
+  const float micro_scale = 1.0f / static_cast<float>(accumulate);
+  std::vector<StepRecord> records;
+  records.reserve(static_cast<size_t>(run.total_steps - start));
+  double last_loss = NAN, last_test_loss = NAN, last_test_acc = NAN;
+
+  int64_t step = start;
+  int epoch = static_cast<int>(step / run.steps_per_epoch);
+  int64_t in_epoch = step % run.steps_per_epoch;
+  if (step < run.total_steps) run.train_loader->start_epoch(epoch, in_epoch * accumulate);
+  EpochRecord epoch_rec;
+  epoch_rec.epoch = epoch;
+  double epoch_loss_sum = 0;
+  int64_t epoch_loss_count = 0;
+  auto epoch_start = Clock::now();
+  auto progress_start = Clock::now();
+  int64_t progress_images = 0, progress_steps = 0;
+
+  while (step < run.total_steps) {
+    if (ev.stop_requested && ev.stop_requested()) {
+      run.save(step);
+      throw TrainInterrupted("interrupted before " + where(step, epoch));
+    }
+    StepRecord rec;
+    rec.step = step;
+    rec.epoch = epoch;
+    rec.kind = run.kind_of(step);
+    rec.lr = learning_rate(cfg.train.schedule, cfg.train.optimizer.lr, step, run.total_steps);
+    run.phases.set_enabled(rec.kind == StepKind::measured);
+    const auto t0 = Clock::now();
+    double step_loss = 0;
+    for (int micro = 0; micro < accumulate; ++micro) {
+      const data::HostBatch* b;
+      double wait_ms = 0;
+      {
+        ScopedPhase p(run.phases, Phase::data_wait);
+        b = run.train_loader->next(&wait_ms);
+      }
+      if (!b) throw std::logic_error("loader ran out of batches inside an epoch");
+      rec.data_wait_ms += wait_ms;
+      const int count = b->count;
+      {
+        ScopedPhase p(run.phases, Phase::h2d);
+        run.backend->load_batch(b->images, b->labels, count, cfg.data.mean, cfg.data.std);
+      }
+      run.train_loader->release(b);
+      {
+        ScopedPhase p(run.phases, Phase::forward);
+        run.model->forward(true);
+      }
+      {
+        ScopedPhase p(run.phases, Phase::backward);
+        run.loss->forward_backward(count, micro_scale);
+        run.model->backward();
+        if (accumulate > 1)
+          micro == 0 ? run.optimizer->accumulate_begin() : run.optimizer->accumulate_add();
+      }
+      const LossOp::Results r = run.loss->read_results();
+      step_loss += r.rows > 0 ? r.loss_sum / r.rows / accumulate : 0;
+      rec.images += count;
+    }
+    {
+      ScopedPhase p(run.phases, Phase::optimizer);
+      if (accumulate > 1) run.optimizer->accumulate_end();
+      run.optimizer->step({rec.lr, step + 1, 1.0f});
+      run.backend->synchronize();
+    }
+    rec.step_ms = ms_since(t0);
+    rec.loss = step_loss;
+    if (!std::isfinite(step_loss)) {
+      if (ev.step) ev.step(rec);
+      throw TrainError("loss is " + std::string(std::isnan(step_loss) ? "NaN" : "infinite") +
+                       " at " + where(step, epoch) + " (precision " + cfg.train.precision +
+                       ", lr " + std::to_string(rec.lr) + ")");
+    }
+    last_loss = step_loss;
+    epoch_loss_sum += step_loss;
+    ++epoch_loss_count;
+    records.push_back(rec);
+    if (ev.step) ev.step(rec);
+    ++step;
+    ++in_epoch;
+    progress_images += rec.images;
+    ++progress_steps;
+
+    if (ev.progress && (step % cfg.train.log_every == 0 || step == run.total_steps)) {
+      const double secs = ms_since(progress_start) / 1000.0;
+      Progress pr;
+      pr.step = step;
+      pr.total_steps = run.total_steps;
+      pr.epoch = epoch;
+      pr.epochs = run.epochs;
+      pr.loss = last_loss;
+      pr.images_per_second = secs > 0 ? progress_images / secs : 0;
+      pr.eta_seconds = progress_steps > 0 ? secs / progress_steps * (run.total_steps - step) : 0;
+      pr.warmup = rec.kind == StepKind::warmup;
+      ev.progress(pr);
+      progress_start = Clock::now();
+      progress_images = progress_steps = 0;
+    }
+
+    const bool epoch_done = in_epoch == run.steps_per_epoch || step == run.total_steps;
+    if (epoch_done) {
+      epoch_rec.seconds = ms_since(epoch_start) / 1000.0;
+      epoch_rec.images = epoch_loss_count * static_cast<int64_t>(run.batch) * accumulate;
+      epoch_rec.train_loss = epoch_loss_count ? epoch_loss_sum / epoch_loss_count : NAN;
+      epoch_rec.test_loss = epoch_rec.test_accuracy = NAN;
+      if (run.test_loader) {
+        const auto e0 = Clock::now();
+        std::tie(epoch_rec.test_loss, epoch_rec.test_accuracy) = run.evaluate();
+        epoch_rec.eval_seconds = ms_since(e0) / 1000.0;
+        last_test_loss = epoch_rec.test_loss;
+        last_test_acc = epoch_rec.test_accuracy;
+      }
+      if (ev.epoch) ev.epoch(epoch_rec);
+      run.save(step);
+      ++epoch;
+      in_epoch = 0;
+      epoch_rec = EpochRecord{};
+      epoch_rec.epoch = epoch;
+      epoch_loss_sum = 0;
+      epoch_loss_count = 0;
+      if (step < run.total_steps) run.train_loader->start_epoch(epoch);
+      epoch_start = Clock::now();
+      progress_start = Clock::now();
+    }
+  }
+
+  summarize_steps(records, result.summary);
+  result.summary.peak_memory_bytes = run.backend->peak_memory_bytes();
+  result.summary.final_loss = last_loss;
+  result.summary.test_loss = last_test_loss;
+  result.summary.test_accuracy = last_test_acc;
+  result.summary.batch_size = run.batch;
+  result.phases = run.phases.records();
+  return result;
+}
+
+}  // namespace xrun

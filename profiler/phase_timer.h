@@ -1,0 +1,59 @@
+// profiler/phase_timer.h: host wall time per training phase (data_wait, h2d,
+// forward, backward, optimizer, eval, checkpoint), summed over the measured
+// steps, so every run has a breakdown (on the CPU engine this is the whole
+// story; the CUDA engine adds device time from events and CUPTI).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "engine/records.h"
+
+namespace xrun::profiler {
+
+enum class Phase { data_wait, h2d, forward, backward, optimizer, eval, checkpoint, count };
+const char* phase_name(Phase p);
+
+class PhaseTimer {
+ public:
+  void add(Phase p, double host_ms) {
+    auto& s = slots_[static_cast<size_t>(p)];
+    s.calls += 1;
+    s.host_ms += host_ms;
+  }
+  void set_enabled(bool on) { enabled_ = on; }
+  bool enabled() const { return enabled_; }
+  // Phases that were entered at least once, in pipeline order.
+  std::vector<PhaseRecord> records() const;
+
+ private:
+  struct Slot {
+    int64_t calls = 0;
+    double host_ms = 0;
+  };
+  std::array<Slot, static_cast<size_t>(Phase::count)> slots_{};
+  bool enabled_ = true;
+};
+
+// Times a scope into a PhaseTimer (when the timer is enabled).
+class ScopedPhase {
+ public:
+  ScopedPhase(PhaseTimer& timer, Phase phase)
+      : timer_(timer), phase_(phase), start_(std::chrono::steady_clock::now()) {}
+  ~ScopedPhase() {
+    if (!timer_.enabled()) return;
+    const auto end = std::chrono::steady_clock::now();
+    timer_.add(phase_, std::chrono::duration<double, std::milli>(end - start_).count());
+  }
+  ScopedPhase(const ScopedPhase&) = delete;
+  ScopedPhase& operator=(const ScopedPhase&) = delete;
+
+ private:
+  PhaseTimer& timer_;
+  Phase phase_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace xrun::profiler

@@ -1,0 +1,50 @@
+// runner/commands.h: the xrun subcommands, one function each, called by
+// runner/main.cpp after CLI11 has parsed the arguments. Each returns the
+// process exit code: 0 success, 1 a run failed, 2 usage or experiment-file
+// error, 130 interrupted.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace xrun::cli {
+
+enum ExitCode { kOk = 0, kRunFailed = 1, kUsage = 2, kInterrupted = 130 };
+
+struct PlanArgs {
+  std::string file;
+  std::vector<std::string> sets;
+  bool json = false;
+};
+int plan_command(const PlanArgs& args);
+
+struct RunArgs {
+  std::string file;
+  std::string db;                 // "" = store.path from the file
+  std::vector<int> only;          // run indices; empty = all
+  std::vector<std::string> sets;
+  bool force = false;
+};
+int run_command(const RunArgs& args);
+
+using Filters = std::vector<std::pair<std::string, std::string>>;
+
+struct RunsArgs {
+  std::string db = "xrun.db";
+  std::vector<std::string> where;  // "KEY=VALUE"
+  std::string format = "table";    // table | csv | json
+};
+int runs_command(const RunsArgs& args);
+
+struct ShowArgs {
+  std::string run;  // id or UUID prefix
+  std::string db = "xrun.db";
+  bool json = false;
+};
+int show_command(const ShowArgs& args);
+
+// What the plan-time checks need to know about this machine.
+bool cuda_engine_available();
+
+}  // namespace xrun::cli

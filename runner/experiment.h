@@ -1,0 +1,93 @@
+// runner/experiment.h: experiment files. Reads a TOML experiment, applies
+// `--set KEY=VALUE` overrides, validates every key against one schema
+// (runner/config_schema.cpp), resolves every default, expands the sweep into
+// RunSpecs (each a fully resolved config with a stable hash), maps a resolved
+// config to the engine's RunConfig and formats the `xrun plan` output.
+//
+// Every problem found is an ExperimentError whose what() is one line:
+//   "FILE:LINE:COL: KEY: what was expected, found what"
+//   "--set KEY=VALUE: what was expected, found what"
+// Nothing here runs or opens a dataset; a Plan is complete before any run.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/config.h"
+
+namespace xrun {
+
+// One problem in an experiment file or a --set override. what() is the full
+// one-line message; the fields say where. For --set problems file is "--set"
+// and line = column = 0; for problems with no place in the file (missing
+// file, missing key, a default that breaks a rule) line = column = 0.
+class ExperimentError : public std::runtime_error {
+ public:
+  ExperimentError(std::string file, int line, int column, std::string key, std::string message,
+                  const std::string& what);
+  std::string file;
+  int line = 0;
+  int column = 0;
+  std::string key;      // dotted key the problem is about ("" for syntax errors)
+  std::string message;  // the message without the location prefix
+};
+
+struct PlanOptions {
+  std::vector<std::string> sets;  // "KEY=VALUE", applied in order before the sweep expands
+  bool gpu_available = false;     // train.device = "auto" resolves to "cuda:0" when true, else "cpu"
+  std::string hostname;           // store.label = "" resolves to this
+  // Optional extra check per run: returns "" when `device` can run `resolved`,
+  // else a reason ("no CUDA device 1 on this machine"). Called once per run.
+  std::function<std::string(const nlohmann::json& resolved, const std::string& device)> device_check;
+};
+
+struct RunSpec {
+  int index = 0;                // 0-based, as `xrun plan` prints it
+  nlohmann::json config;        // resolved: every key of the schema filled in
+  std::string canonical;        // sorted-key compact JSON of `config`
+  std::string config_hash;      // 16 hex: config without store.path, description
+  std::string experiment_hash;  // 16 hex: also without train.device, store.label, data.path
+  std::vector<std::pair<std::string, nlohmann::json>> swept;  // this run's axis values, axis order
+  std::map<std::string, std::string> params;  // every leaf: dotted key -> canonical JSON text
+};
+
+struct Plan {
+  std::string file;         // as given (or the display name)
+  std::string name;         // experiment name
+  std::string description;
+  std::string mode;         // "grid" | "zip"
+  std::vector<std::string> axes;     // swept keys, in file order (--set axes after)
+  std::vector<std::string> notices;  // e.g. an axis dropped because --set fixed its key
+  std::vector<RunSpec> runs;
+};
+
+// Reads, validates and expands an experiment file. Throws ExperimentError.
+Plan load_plan(const std::string& path, const PlanOptions& options);
+// The same from TOML text; display_name stands for the file in messages.
+Plan load_plan_from_string(const std::string& toml_text, const std::string& display_name,
+                           const PlanOptions& options);
+
+// Maps a resolved config (RunSpec::config) to the engine's typed config.
+RunConfig to_run_config(const nlohmann::json& resolved);
+
+// `xrun plan` output: a table for people, or a JSON object when json is true.
+std::string format_plan(const Plan& plan, bool json);
+
+// The key reference (Markdown) generated from the schema; the reference part
+// of docs/experiment-format.md is exactly this text (`xrun keys --markdown`).
+std::string schema_markdown();
+
+// Canonical text of a JSON value: sorted keys, compact.
+std::string canonical_json(const nlohmann::json& value);
+// 64-bit FNV-1a of text as 16 lowercase hex digits.
+std::string fnv1a_hex(const std::string& text);
+// First 8 hex digits of a hash.
+std::string short_hash(const std::string& hash);
+
+}  // namespace xrun

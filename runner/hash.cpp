@@ -1,0 +1,80 @@
+// runner/hash.cpp: canonical serialisation of a resolved config and its
+// hashes. Canonical = sorted keys, compact, integers as integers and numbers
+// declared as floats always as doubles (the schema check normalises them), so
+// the same settings give the same text whatever the file's layout.
+#include <cstdint>
+#include <cstdio>
+
+#include "runner/experiment_detail.h"
+
+namespace xrun {
+
+std::string canonical_json(const nlohmann::json& value) {
+  // nlohmann::json objects are std::map-ordered: keys come out sorted.
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string fnv1a_hex(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::string short_hash(const std::string& hash) { return hash.substr(0, 8); }
+
+namespace detail {
+
+nlohmann::json::json_pointer pointer(const std::string& dotted) {
+  std::string p = "/";
+  for (char c : dotted) p += c == '.' ? '/' : c;
+  return nlohmann::json::json_pointer(p);
+}
+
+namespace {
+
+nlohmann::json without(nlohmann::json config, std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    std::string k = key;
+    auto dot = k.rfind('.');
+    if (dot == std::string::npos) {
+      config.erase(k);
+      continue;
+    }
+    auto parent = pointer(k.substr(0, dot));
+    if (config.contains(parent)) config[parent].erase(k.substr(dot + 1));
+  }
+  return config;
+}
+
+void flatten(const nlohmann::json& v, const std::string& prefix, std::map<std::string, std::string>& out) {
+  if (v.is_object()) {
+    for (auto& [k, child] : v.items()) flatten(child, prefix.empty() ? k : prefix + "." + k, out);
+    return;
+  }
+  out[prefix] = canonical_json(v);
+}
+
+}  // namespace
+
+std::string config_hash(const nlohmann::json& resolved) {
+  return fnv1a_hex(canonical_json(without(resolved, {"store.path", "description"})));
+}
+
+std::string experiment_hash(const nlohmann::json& resolved) {
+  return fnv1a_hex(canonical_json(
+      without(resolved, {"store.path", "description", "train.device", "store.label", "data.path"})));
+}
+
+std::map<std::string, std::string> flatten_params(const nlohmann::json& resolved) {
+  std::map<std::string, std::string> out;
+  flatten(resolved, "", out);
+  return out;
+}
+
+}  // namespace detail
+}  // namespace xrun

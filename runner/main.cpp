@@ -1,0 +1,73 @@
+// runner/main.cpp: the `xrun` command line (CLI11). Parses arguments and
+// hands each subcommand to its function in runner/commands.h; maps parse
+// errors to exit code 2. Subcommands: plan, run, runs, show, doctor (and the
+// hidden `keys --markdown`, which prints the experiment-key reference).
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "engine/device/doctor.h"
+#include "runner/commands.h"
+#include "runner/experiment.h"
+#include "xrun_version.h"
+
+int main(int argc, char** argv) {
+  using namespace xrun::cli;
+  CLI::App app{"xrun: declarative ResNet training experiments, profiled and stored in SQLite"};
+  app.set_version_flag("--version", std::string("xrun ") + XRUN_VERSION + " (" +
+                                        XRUN_GIT_COMMIT + ")");
+  app.require_subcommand(1);
+  int code = kOk;
+
+  PlanArgs plan;
+  auto* plan_cmd = app.add_subcommand("plan", "Validate an experiment file and list the runs it expands to");
+  plan_cmd->add_option("file", plan.file, "Experiment file (TOML)")->required();
+  plan_cmd->add_option("--set", plan.sets, "Override a key before the sweep expands: KEY=VALUE (a TOML value)");
+  plan_cmd->add_flag("--json", plan.json, "Print the plan as JSON");
+  plan_cmd->callback([&] { code = plan_command(plan); });
+
+  RunArgs run;
+  auto* run_cmd = app.add_subcommand("run", "Train every planned run and store the results");
+  run_cmd->add_option("file", run.file, "Experiment file (TOML)")->required();
+  run_cmd->add_option("--db", run.db, "Result store (default: store.path from the file, xrun.db)");
+  run_cmd->add_option("--only", run.only, "Run only these indices, e.g. 0,3,5")->delimiter(',');
+  run_cmd->add_option("--set", run.sets, "Override a key before the sweep expands: KEY=VALUE (a TOML value)");
+  run_cmd->add_flag("--force", run.force, "Run again runs that are already complete in the store");
+  run_cmd->callback([&] { code = run_command(run); });
+
+  RunsArgs runs;
+  auto* runs_cmd = app.add_subcommand("runs", "List stored runs with their headline figures");
+  runs_cmd->add_option("--db", runs.db, "Result store")->capture_default_str();
+  runs_cmd->add_option("--where", runs.where, "Filter: KEY=VALUE on a setting (train.precision=fp16) or a column (status, label, device, experiment)");
+  runs_cmd->add_option("--format", runs.format, "Output format")
+      ->check(CLI::IsMember({"table", "csv", "json"}))
+      ->capture_default_str();
+  runs_cmd->callback([&] { code = runs_command(runs); });
+
+  ShowArgs show;
+  auto* show_cmd = app.add_subcommand("show", "Show everything stored about one run");
+  show_cmd->add_option("run", show.run, "Run id or UUID prefix")->required();
+  show_cmd->add_option("--db", show.db, "Result store")->capture_default_str();
+  show_cmd->add_flag("--json", show.json, "Print as JSON");
+  show_cmd->callback([&] { code = show_command(show); });
+
+  bool doctor_json = false;
+  std::string require;
+  auto* doctor_cmd = app.add_subcommand("doctor", "What this machine can train on: driver, CUDA, cuDNN, cuBLAS, CUPTI, GPUs, CPU, oneDNN");
+  doctor_cmd->add_flag("--json", doctor_json, "Print as JSON");
+  doctor_cmd->add_option("--require", require, "Exit 1 unless this is available (cuda)");
+  doctor_cmd->callback([&] { code = xrun::run_doctor(std::cout, doctor_json, require); });
+
+  bool markdown = false;
+  auto* keys_cmd = app.add_subcommand("keys", "Print the experiment-file key reference");
+  keys_cmd->group("");  // hidden: used to regenerate docs/experiment-format.md
+  keys_cmd->add_flag("--markdown", markdown, "Markdown (the only format)");
+  keys_cmd->callback([&] { std::cout << xrun::schema_markdown(); });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kOk : kUsage;
+  }
+  return code;
+}

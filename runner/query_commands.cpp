@@ -1,0 +1,232 @@
+// runner/query_commands.cpp: `xrun runs` (a table, CSV or JSON of runs with
+// their headline figures, filtered by --where) and `xrun show` (everything
+// stored about one run).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runner/commands.h"
+#include "store/store.h"
+
+namespace xrun::cli {
+
+namespace {
+
+using nlohmann::json;
+
+json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+std::string fixed(double v, int digits) {
+  if (!std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string mib(int64_t bytes) {
+  return bytes > 0 ? fixed(static_cast<double>(bytes) / (1 << 20), 0) + " MiB" : "-";
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+json run_json(const store::RunInfo& r) {
+  return {{"id", r.id},
+          {"uuid", r.uuid},
+          {"experiment", r.experiment},
+          {"sweep_index", r.sweep_index},
+          {"status", r.status},
+          {"label", r.label},
+          {"device", r.device},
+          {"device_name", r.device_name},
+          {"batch_size", r.batch_size},
+          {"precision", r.precision},
+          {"cudnn_benchmark", r.cudnn_benchmark},
+          {"workers", r.workers},
+          {"throughput", number_or_null(r.throughput)},
+          {"step_ms_median", number_or_null(r.step_ms_median)},
+          {"step_ms_p10", number_or_null(r.step_ms_p10)},
+          {"step_ms_p90", number_or_null(r.step_ms_p90)},
+          {"peak_memory_bytes", r.peak_memory_bytes},
+          {"test_accuracy", number_or_null(r.test_accuracy)},
+          {"final_loss", number_or_null(r.final_loss)},
+          {"config_hash", r.config_hash},
+          {"experiment_hash", r.experiment_hash},
+          {"started_at", r.started_at},
+          {"finished_at", r.finished_at},
+          {"error", r.error}};
+}
+
+// Opens an existing store for reading; a missing file is an error, not a new store.
+bool open_existing(const std::string& path, std::unique_ptr<store::Store>& db) {
+  if (!std::filesystem::exists(path)) {
+    std::cerr << "xrun: no result store at " << path << " (run an experiment, or pass --db)\n";
+    return false;
+  }
+  db = std::make_unique<store::Store>(path);
+  return true;
+}
+
+}  // namespace
+
+int runs_command(const RunsArgs& args) {
+  Filters filters;
+  for (const std::string& w : args.where) {
+    const auto eq = w.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::cerr << "xrun: --where " << w << ": expected KEY=VALUE\n";
+      return kUsage;
+    }
+    filters.emplace_back(w.substr(0, eq), w.substr(eq + 1));
+  }
+  try {
+    std::unique_ptr<store::Store> db;
+    if (!open_existing(args.db, db)) return kRunFailed;
+    const auto runs = db->list_runs(filters);
+    if (args.format == "json") {
+      json out = json::array();
+      for (const auto& r : runs) out.push_back(run_json(r));
+      std::cout << out.dump(2) << "\n";
+    } else if (args.format == "csv") {
+      const char* cols[] = {"id", "uuid", "experiment", "sweep_index", "status", "label",
+                            "device", "device_name", "batch_size", "precision",
+                            "cudnn_benchmark", "workers", "throughput", "step_ms_median",
+                            "step_ms_p10", "step_ms_p90", "peak_memory_bytes", "test_accuracy",
+                            "started_at"};
+      for (size_t i = 0; i < std::size(cols); ++i) std::cout << (i ? "," : "") << cols[i];
+      std::cout << "\n";
+      for (const auto& r : runs) {
+        const json j = run_json(r);
+        for (size_t i = 0; i < std::size(cols); ++i) {
+          const json& v = j.at(cols[i]);
+          std::cout << (i ? "," : "")
+                    << csv_field(v.is_string() ? v.get<std::string>() : v.is_null() ? "" : v.dump());
+        }
+        std::cout << "\n";
+      }
+    } else {
+      std::printf("%4s  %-8s  %-16s %4s  %-11s %-14s %-7s %6s %-9s %9s %9s %7s\n", "id", "uuid",
+                  "experiment", "#", "status", "label", "device", "batch", "precision", "img/s",
+                  "step ms", "acc %");
+      for (const auto& r : runs)
+        std::printf("%4lld  %-8s  %-16s %4d  %-11s %-14s %-7s %6d %-9s %9s %9s %7s\n",
+                    static_cast<long long>(r.id), r.uuid.substr(0, 8).c_str(),
+                    r.experiment.substr(0, 16).c_str(), r.sweep_index, r.status.c_str(),
+                    r.label.substr(0, 14).c_str(), r.device.c_str(), r.batch_size,
+                    r.precision.c_str(), r.throughput > 0 ? fixed(r.throughput, 1).c_str() : "-",
+                    r.step_ms_median > 0 ? fixed(r.step_ms_median, 1).c_str() : "-",
+                    fixed(100.0 * r.test_accuracy, 2).c_str());
+      std::printf("%zu run(s)\n", runs.size());
+    }
+    return kOk;
+  } catch (const store::StoreError& e) {
+    std::cerr << "xrun: " << e.what() << "\n";
+    return kRunFailed;
+  }
+}
+
+int show_command(const ShowArgs& args) {
+  try {
+    std::unique_ptr<store::Store> db;
+    if (!open_existing(args.db, db)) return kRunFailed;
+    const auto detail = db->get_run(args.run);
+    if (!detail) {
+      std::cerr << "xrun: no run '" << args.run << "' in " << args.db
+                << " (give an id or a UUID prefix; `xrun runs` lists them)\n";
+      return kRunFailed;
+    }
+    const store::RunDetail& d = *detail;
+    const store::RunInfo& r = d.info;
+    if (args.json) {
+      json j = run_json(r);
+      j["description"] = d.description;
+      j["experiment_file"] = d.experiment_file;
+      j["config"] = json::parse(d.config_json, nullptr, false);
+      j["environment"] = d.environment.fields;
+      j["host"] = d.host;
+      j["pid"] = d.pid;
+      j["step_count"] = d.step_count;
+      json epochs = json::array();
+      for (const auto& e : d.epochs)
+        epochs.push_back({{"epoch", e.epoch}, {"train_loss", number_or_null(e.train_loss)},
+                          {"test_loss", number_or_null(e.test_loss)},
+                          {"test_accuracy", number_or_null(e.test_accuracy)},
+                          {"seconds", e.seconds}, {"eval_seconds", e.eval_seconds}});
+      j["epochs"] = epochs;
+      json phases = json::array();
+      for (const auto& p : d.phases)
+        phases.push_back({{"phase", p.phase}, {"calls", p.calls}, {"host_ms", p.host_ms},
+                          {"gpu_ms", p.gpu_ms}});
+      j["phases"] = phases;
+      std::cout << j.dump(2) << "\n";
+      return kOk;
+    }
+    std::ostringstream o;
+    o << "run " << r.id << "  " << r.uuid << "\n"
+      << "  experiment   " << r.experiment << " #" << r.sweep_index << " (" << d.experiment_file
+      << ")\n"
+      << "  status       " << r.status << (r.error.empty() ? "" : ": " + r.error) << "\n"
+      << "  started      " << r.started_at << "   finished " << r.finished_at << "\n"
+      << "  label        " << r.label << "   host " << d.host << " (pid " << d.pid << ")\n"
+      << "  device       " << r.device << " (" << r.device_name << ")\n"
+      << "  hashes       config " << r.config_hash << "   experiment " << r.experiment_hash
+      << "\n\nsummary\n"
+      << "  throughput   " << fixed(d.summary.throughput, 1) << " img/s over "
+      << d.summary.measured_steps << " measured steps (" << d.summary.measured_images
+      << " images, " << fixed(d.summary.measured_seconds, 2) << " s)\n"
+      << "  step time    median " << fixed(d.summary.step_ms_median, 2) << " ms, p10 "
+      << fixed(d.summary.step_ms_p10, 2) << ", p90 " << fixed(d.summary.step_ms_p90, 2)
+      << ", mean " << fixed(d.summary.step_ms_mean, 2) << " +- "
+      << fixed(d.summary.step_ms_stddev, 2) << "\n";
+    if (d.summary.step_outliers > 0)
+      o << "  warning      " << d.summary.step_outliers
+        << " step time outlier(s) (beyond 5 MADs of the median): another process, throttling?\n";
+    o << "  data wait    " << fixed(100.0 * d.summary.data_wait_fraction, 1)
+      << "% of measured step time\n"
+      << "  memory       peak " << mib(d.summary.peak_memory_bytes) << "\n"
+      << "  final loss   " << fixed(d.summary.final_loss, 4) << "   test accuracy "
+      << fixed(100.0 * d.summary.test_accuracy, 2) << "%   steps stored " << d.step_count
+      << "\n";
+    if (!d.epochs.empty()) {
+      o << "\nepochs\n  epoch  train loss  test loss  test acc %   seconds\n";
+      for (const auto& e : d.epochs) {
+        char line[160];
+        std::snprintf(line, sizeof line, "  %5d  %10s  %9s  %10s  %8s\n", e.epoch + 1,
+                      fixed(e.train_loss, 4).c_str(), fixed(e.test_loss, 4).c_str(),
+                      fixed(100.0 * e.test_accuracy, 2).c_str(), fixed(e.seconds, 1).c_str());
+        o << line;
+      }
+    }
+    if (!d.phases.empty()) {
+      double total = 0;
+      for (const auto& p : d.phases) total += p.host_ms;
+      o << "\nphases (host time over the measured steps; eval and checkpoint over the run)\n";
+      for (const auto& p : d.phases) {
+        char line[160];
+        std::snprintf(line, sizeof line, "  %-11s %8lld calls %11.1f ms %6.1f%%\n",
+                      p.phase.c_str(), static_cast<long long>(p.calls), p.host_ms,
+                      total > 0 ? 100.0 * p.host_ms / total : 0.0);
+        o << line;
+      }
+    }
+    o << "\nenvironment\n";
+    for (const auto& [k, v] : d.environment.fields) o << "  " << k << " = " << v << "\n";
+    o << "\nconfig (resolved)\n";
+    for (const auto& [k, v] : d.params) o << "  " << k << " = " << v << "\n";
+    std::cout << o.str();
+    return kOk;
+  } catch (const store::StoreError& e) {
+    std::cerr << "xrun: " << e.what() << "\n";
+    return kRunFailed;
+  }
+}
+
+}  // namespace xrun::cli

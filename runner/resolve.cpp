@@ -1,0 +1,171 @@
+// runner/resolve.cpp: one run's resolved config. Every key of the schema gets
+// a value: the one given (file, --set or sweep axis), its static default, or
+// a computed one (the data source's native size, channels, classes and
+// statistics; weight decay per optimizer; epochs/steps; device; label). Then
+// the rules that join several keys, and the device rules, are checked.
+#include <stdexcept>
+
+#include "engine/data/dataset.h"
+#include "runner/config_schema.h"
+#include "runner/experiment_detail.h"
+
+namespace xrun::detail {
+
+using nlohmann::json;
+
+namespace {
+
+// A source's per-channel statistics fitted to `channels`: as they are when
+// the counts match, one value replicated (gray -> RGB), or the average.
+json fit_channels(const std::vector<float>& stats, int channels) {
+  json out = json::array();
+  if (int(stats.size()) == channels) {
+    for (float v : stats) out.push_back(schema::float_to_double(v));
+    return out;
+  }
+  double mean = 0;
+  for (float v : stats) mean += schema::float_to_double(v);
+  mean /= double(stats.size());
+  if (stats.size() == 1) mean = schema::float_to_double(stats[0]);
+  for (int c = 0; c < channels; ++c) out.push_back(mean);
+  return out;
+}
+
+class Resolver {
+ public:
+  Resolver(const Settings& s, const RunContext& c) : settings_(s), ctx_(c) {}
+
+  json run() {
+    // Given values and static defaults.
+    for (auto& spec : schema::keys()) {
+      if (!spec.run_setting) continue;
+      auto it = settings_.find(spec.key);
+      if (it != settings_.end()) put(spec.key, it->second.value);
+      else if (!spec.default_value.is_null()) put(spec.key, spec.default_value);
+      else put(spec.key, nullptr);
+    }
+    resolve_data();
+    resolve_train();
+    check_rules();
+    check_device();
+    return cfg_;
+  }
+
+ private:
+  const json& get(const std::string& key) const { return cfg_.at(pointer(key)); }
+  void put(const std::string& key, json v) { cfg_[pointer(key)] = std::move(v); }
+  bool given(const std::string& key) const { return settings_.count(key) != 0; }
+  void fill(const std::string& key, json v) {
+    if (!given(key)) put(key, std::move(v));
+  }
+  Origin origin(const std::string& key) const {
+    auto it = settings_.find(key);
+    return it != settings_.end() ? it->second.origin : Origin{ctx_.file, 0, 0, ""};
+  }
+  std::string run_prefix(bool always) const {
+    return always || ctx_.in_sweep ? "run " + std::to_string(ctx_.index) + ": " : "";
+  }
+  [[noreturn]] void rule(const std::string& key, const std::string& message, bool always_name_run = false) const {
+    fail(origin(key), key, run_prefix(always_name_run) + message);
+  }
+
+  void resolve_data() {
+    const std::string source = get("data.source");
+    data::SourceDefaults sd = data::source_defaults(source);
+    fill("data.path", sd.path);
+    fill("data.image_size", sd.image_size);
+    fill("data.channels", sd.channels);
+    fill("data.num_classes", sd.num_classes);
+    const int channels = get("data.channels").get<int>();
+    fill("data.mean", fit_channels(sd.mean, channels));
+    fill("data.std", fit_channels(sd.std, channels));
+    fill("model.num_classes", get("data.num_classes"));
+
+    if (given("data.num_classes") && source != "synthetic" && get("data.num_classes") != sd.num_classes)
+      rule("data.num_classes", "only synthetic data takes num_classes; " + source + " has " +
+                                   std::to_string(sd.num_classes) + " classes, found " +
+                                   get("data.num_classes").dump());
+    for (const char* key : {"data.mean", "data.std"}) {
+      size_t n = get(key).size();
+      if (int(n) != channels)
+        rule(key, "expected " + std::to_string(channels) + (channels == 1 ? " value" : " values") +
+                      " (one per channel, data.channels = " + std::to_string(channels) + "), found " +
+                      std::to_string(n));
+    }
+    if (get("model.num_classes").get<int64_t>() < get("data.num_classes").get<int64_t>())
+      rule("model.num_classes", "expected at least the data's " + get("data.num_classes").dump() +
+                                    " classes, found " + get("model.num_classes").dump());
+  }
+
+  void resolve_train() {
+    fill("train.optimizer.weight_decay", get("train.optimizer.name") == "adamw" ? 0.01 : 0.0);
+
+    const int64_t warmup = get("measure.warmup_steps").get<int64_t>();
+    const int64_t measured = get("measure.measure_steps").get<int64_t>();
+    const bool epochs = given("train.epochs"), steps = given("train.steps");
+    if (epochs && steps)
+      rule("train.steps", "give train.epochs or train.steps, not both (train.epochs = " +
+                              get("train.epochs").dump() + " is set too)");
+    if (!epochs && !steps) {
+      put("train.epochs", measured > 0 ? 0 : 1);
+      put("train.steps", measured > 0 ? warmup + measured : 0);
+    } else if (epochs) {
+      put("train.steps", 0);
+    } else {
+      put("train.epochs", 0);
+      const int64_t n = get("train.steps").get<int64_t>();
+      if (measured > 0 && n < warmup + measured)
+        rule("train.steps", "expected at least measure.warmup_steps + measure.measure_steps = " +
+                                std::to_string(warmup + measured) + ", found " + std::to_string(n));
+      if (measured == 0 && n <= warmup)
+        rule("train.steps", "expected more than measure.warmup_steps (" + std::to_string(warmup) +
+                                ") so that some steps are measured, found " + std::to_string(n));
+    }
+
+    std::string device = get("train.device");
+    if (device == "auto") device = ctx_.options->gpu_available ? "cuda:0" : "cpu";
+    if (device == "cuda") device = "cuda:0";
+    put("train.device", device);
+    if (get("store.label") == "") put("store.label", ctx_.options->hostname);
+  }
+
+  void check_rules() {
+    if (get("train.resume") == true && get("train.checkpoint") == "")
+      rule("train.resume", "needs train.checkpoint, the file to resume from");
+    if (get("train.optimizer.nesterov") == true &&
+        (get("train.optimizer.name") != "sgd" || get("train.optimizer.momentum").get<double>() <= 0))
+      rule("train.optimizer.nesterov", "needs train.optimizer.name = \"sgd\" and momentum > 0");
+    const double lr = get("train.optimizer.lr"), min_lr = get("train.schedule.min_lr");
+    if (min_lr > lr)
+      rule("train.schedule.min_lr", "expected at most train.optimizer.lr (" + schema::format_number(lr) +
+                                        "), found " + schema::format_number(min_lr));
+  }
+
+  void check_device() {
+    const std::string device = get("train.device");
+    if (device == "cpu") {
+      const std::string precision = get("train.precision");
+      if (precision != "fp32")
+        rule("train.precision",
+             "precision '" + precision + "' needs a CUDA device; this run's device is cpu", true);
+      if (get("train.cuda_graphs") == true)
+        rule("train.cuda_graphs", "cuda_graphs needs a CUDA device; this run's device is cpu", true);
+    }
+    if (ctx_.options->device_check) {
+      std::string reason = ctx_.options->device_check(cfg_, device);
+      if (!reason.empty()) rule("train.device", reason, true);
+    }
+  }
+
+  const Settings& settings_;
+  const RunContext& ctx_;
+  json cfg_ = json::object();
+};
+
+}  // namespace
+
+json resolve_run(const Settings& settings, const RunContext& context) {
+  return Resolver(settings, context).run();
+}
+
+}  // namespace xrun::detail

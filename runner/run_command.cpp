@@ -1,0 +1,237 @@
+// runner/run_command.cpp: `xrun plan` and `xrun run`. `run` plans the whole
+// experiment first (every error before any work), then for each selected run
+// not already complete in the store: writes the run row as `running`, trains
+// it (steps stored from a background writer as they finish, epochs as they
+// end), and finalises the row as complete, failed or interrupted. A failed run
+// does not stop the sweep; Ctrl-C stops it after the current step.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <set>
+
+#include "engine/checkpoint/safetensors.h"
+#include "engine/data/dataset.h"
+#include "engine/device/device_info.h"
+#include "engine/trainer.h"
+#include "runner/commands.h"
+#include "runner/experiment.h"
+#include "runner/progress.h"
+#include "store/store.h"
+
+namespace xrun::cli {
+
+namespace {
+
+std::atomic<int> g_interrupts{0};
+
+void on_sigint(int) {
+  if (g_interrupts.fetch_add(1) >= 1) {
+    // Second Ctrl-C: stop now. The run row stays `running`; the next
+    // `xrun run` marks it interrupted.
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+}
+
+// Installs the Ctrl-C handler for the lifetime of a `run` command.
+struct InterruptGuard {
+  void (*previous)(int);
+  InterruptGuard() {
+    g_interrupts = 0;
+    previous = std::signal(SIGINT, on_sigint);
+  }
+  ~InterruptGuard() { std::signal(SIGINT, previous); }
+};
+
+PlanOptions plan_options(const std::vector<std::string>& sets) {
+  PlanOptions o;
+  o.sets = sets;
+  o.gpu_available = cuda_engine_available();
+  o.hostname = hostname();
+  return o;
+}
+
+std::string swept_text(const RunSpec& r) {
+  std::string s;
+  for (const auto& [key, value] : r.swept) {
+    if (!s.empty()) s += ' ';
+    s += key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
+  }
+  return s;
+}
+
+store::NewRun new_run(const Plan& plan, const RunSpec& spec, const RunConfig& cfg) {
+  store::NewRun r;
+  r.experiment = plan.name;
+  r.experiment_file = plan.file;
+  r.description = plan.description;
+  r.sweep_index = spec.index;
+  r.config_json = spec.canonical;
+  r.config_hash = spec.config_hash;
+  r.experiment_hash = spec.experiment_hash;
+  r.label = spec.config.at("store").at("label").get<std::string>();
+  r.device = cfg.train.device;
+  r.params = spec.params;
+  r.environment = collect_environment(cfg.train.device);
+  return r;
+}
+
+struct Outcome {
+  store::RunStatus status;
+  std::string line;  // for the final table
+};
+
+// Trains one planned run and stores everything about it.
+Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int position, int count,
+                ProgressDisplay& display) {
+  const RunConfig cfg = to_run_config(spec.config);
+  display.begin_run(position, count, spec.index, short_hash(spec.config_hash), swept_text(spec));
+  const std::string uuid = db.begin_run(new_run(plan, spec, cfg));
+  display.message("stored as " + uuid + " in " + db.path());
+
+  store::StepWriter steps(db.path(), uuid);
+  int epochs = 0;
+  TrainEvents ev;
+  ev.started = [&](const Environment& env, const RunShape& shape) {
+    db.set_environment(uuid, env);
+    epochs = shape.epochs;
+    display.message(cfg.model.arch + " (" + std::to_string(shape.parameters) +
+                    " parameters), batch " + std::to_string(shape.batch_size) + ", " +
+                    std::to_string(shape.total_steps) + " steps in " +
+                    std::to_string(shape.epochs) + " epoch(s) on " + cfg.train.device + " (" +
+                    env.get("device_name") + ")");
+  };
+  ev.step = [&](const StepRecord& r) { steps.push(r); };
+  ev.epoch = [&](const EpochRecord& e) {
+    db.write_epoch(uuid, e);
+    display.epoch(e, epochs);
+  };
+  ev.progress = [&](const Progress& p) { display.update(p); };
+  ev.message = [&](const std::string& m) { display.message(m); };
+  ev.stop_requested = [] { return g_interrupts.load() > 0; };
+
+  RunSummary empty;
+  try {
+    TrainResult result = train(cfg, ev);
+    steps.flush();
+    db.write_phases(uuid, result.phases);
+    db.finish_run(uuid, store::RunStatus::complete, result.summary);
+    char line[256];
+    std::snprintf(line, sizeof line, "complete: %.1f img/s (median step %.1f ms)%s",
+                  result.summary.throughput, result.summary.step_ms_median,
+                  std::isnan(result.summary.test_accuracy)
+                      ? ""
+                      : (", test accuracy " +
+                         std::to_string(100.0 * result.summary.test_accuracy).substr(0, 5) + "%")
+                            .c_str());
+    display.end_run(line);
+    return {store::RunStatus::complete, line};
+  } catch (const TrainInterrupted& e) {
+    steps.flush();
+    db.finish_run(uuid, store::RunStatus::interrupted, empty, e.what());
+    display.end_run(std::string("interrupted: ") + e.what());
+    return {store::RunStatus::interrupted, e.what()};
+  } catch (const store::StoreError&) {
+    throw;  // the store itself is failing: nothing more can be recorded
+  } catch (const std::exception& e) {
+    try {
+      steps.flush();
+    } catch (const std::exception&) {
+    }
+    db.finish_run(uuid, store::RunStatus::failed, empty, e.what());
+    display.end_run(std::string("failed: ") + e.what());
+    return {store::RunStatus::failed, e.what()};
+  }
+}
+
+}  // namespace
+
+bool cuda_engine_available() {
+  // The CUDA engine is not part of this build yet (issue #4): "auto" trains
+  // on the CPU even where a GPU is present.
+  return false;
+}
+
+int plan_command(const PlanArgs& args) {
+  try {
+    const Plan plan = load_plan(args.file, plan_options(args.sets));
+    std::cout << format_plan(plan, args.json);
+    return kOk;
+  } catch (const ExperimentError& e) {
+    std::cerr << "xrun: " << e.what() << "\n";
+    return kUsage;
+  }
+}
+
+int run_command(const RunArgs& args) {
+  Plan plan;
+  try {
+    plan = load_plan(args.file, plan_options(args.sets));
+  } catch (const ExperimentError& e) {
+    std::cerr << "xrun: " << e.what() << "\n";
+    return kUsage;
+  }
+  const int n = static_cast<int>(plan.runs.size());
+  std::vector<const RunSpec*> selected;
+  if (args.only.empty()) {
+    for (const RunSpec& r : plan.runs) selected.push_back(&r);
+  } else {
+    std::set<int> seen;
+    for (int i : args.only) {
+      if (i < 0 || i >= n) {
+        std::cerr << "xrun: --only " << i << ": " << plan.file << " plans runs 0.." << n - 1
+                  << "\n";
+        return kUsage;
+      }
+      if (seen.insert(i).second) selected.push_back(&plan.runs[i]);
+    }
+  }
+  const std::string db_path =
+      !args.db.empty() ? args.db : plan.runs.front().config.at("store").at("path").get<std::string>();
+
+  ProgressDisplay display(stderr);
+  for (const std::string& notice : plan.notices) display.message(notice);
+  std::vector<std::pair<const RunSpec*, Outcome>> outcomes;
+  bool failed = false, interrupted = false;
+  try {
+    store::Store db(db_path);
+    if (int stale = db.mark_stale_runs_interrupted())
+      display.message(std::to_string(stale) + " run(s) left running by an ended xrun process " +
+                      "marked interrupted");
+    InterruptGuard guard;
+    int position = 0;
+    for (const RunSpec* spec : selected) {
+      ++position;
+      if (!args.force) {
+        if (auto done = db.find_complete(spec->config_hash)) {
+          display.message("run #" + std::to_string(spec->index) + " [" +
+                          short_hash(spec->config_hash) + "] already complete (" + *done +
+                          "), skipping; --force runs it again");
+          outcomes.push_back({spec, {store::RunStatus::complete, "already complete, skipped"}});
+          continue;
+        }
+      }
+      Outcome o = run_one(db, plan, *spec, position, static_cast<int>(selected.size()), display);
+      failed = failed || o.status == store::RunStatus::failed;
+      outcomes.push_back({spec, o});
+      if (o.status == store::RunStatus::interrupted) {
+        interrupted = true;
+        break;
+      }
+    }
+  } catch (const store::StoreError& e) {
+    std::cerr << "xrun: store: " << e.what() << "\n";
+    return kRunFailed;
+  }
+
+  std::printf("\n%s: %zu of %d run(s) in %s\n", plan.name.c_str(), outcomes.size(), n,
+              db_path.c_str());
+  for (const auto& [spec, o] : outcomes)
+    std::printf("  #%-3d %s  %-11s %s\n", spec->index, short_hash(spec->config_hash).c_str(),
+                store::to_string(o.status), o.line.c_str());
+  if (interrupted) return kInterrupted;
+  return failed ? kRunFailed : kOk;
+}
+
+}  // namespace xrun::cli

@@ -1,0 +1,318 @@
+// store/schema.cpp: the store's schema as a list of numbered forward
+// migrations, and opening a file safely (reject what is not ours, then WAL,
+// then migrate). PRAGMA user_version holds the number of the last migration
+// applied; PRAGMA application_id = 'xrun' marks the file as an xrun store.
+//
+// Schema at the latest version (2):
+//
+//   experiments(id, name, file, description, first_seen)  UNIQUE(name, file)
+//   runs(id INTEGER PK, uuid UNIQUE (random v4), experiment -> experiments.id,
+//        sweep_index, status planned|running|complete|failed|interrupted,
+//        config_json, config_hash, experiment_hash, label, device ("cpu",
+//        "cuda:0"), host, pid, started_at, finished_at (ISO 8601 UTC,
+//        "2025-01-31T12:00:00.000Z"), error,
+//        environment copies: device_name, device_uuid, compute_capability,
+//          driver, cuda_runtime, cudnn, cublas, onednn, xrun_version,
+//          git_commit, cpu,
+//        summary (NULL until finished): batch_size, measured_steps,
+//          measured_images, measured_seconds, throughput (img/s),
+//          step_ms_median, step_ms_p10, step_ms_p90, step_ms_mean,
+//          step_ms_stddev, step_outliers, data_wait_fraction,
+//          peak_memory_bytes, skipped_steps, final_loss, test_accuracy,
+//          test_loss)
+//   run_params(run, key, value, value_json)  one row per flattened setting:
+//        key   "train.precision"
+//        value plain text: JSON strings without quotes ("fp16"), numbers and
+//              booleans as JSON writes them ("512", "0.001", "true"), NULL
+//              for JSON null. Filter with  key='train.precision' AND value='fp16'.
+//        value_json the canonical JSON text ("\"fp16\"", "512").
+//   run_environment(run, key, value)  every Environment field of the run
+//   steps(run, step, epoch, kind warmup|measured|unmeasured, step_ms,
+//         data_wait_ms, loss, lr, loss_scale, images, skipped 0|1)
+//   epochs(run, epoch, train_loss, test_loss, test_accuracy, seconds,
+//          eval_seconds, images)
+//   phases(run, phase, calls, host_ms, gpu_ms)                 [version 2]
+//   kernels(run, name, phase, calls, total_ms, min_ms, max_ms)  [version 2]
+//   view run_summary: one row per run: id, uuid, experiment (name),
+//        sweep_index, label, device, device_name, batch_size (summary, else
+//        run_params train.batch_size), precision, cudnn_benchmark, workers
+//        (run_params train.precision, train.cudnn_benchmark, data.workers),
+//        throughput, step_ms_median, step_ms_p10, step_ms_p90,
+//        peak_memory_bytes, test_accuracy, final_loss, status, started_at,
+//        finished_at, config_hash, experiment_hash, host, error   [version 2]
+//
+// Real numbers that are NaN are stored as NULL. Child rows reference
+// runs(id) with ON DELETE CASCADE.
+//
+// Adding a migration: append a step to kMigrations; never edit a released
+// one. A step that changes run_summary drops and recreates the view.
+#include "store/schema.h"
+
+#include <sqlite3.h>
+
+#include <vector>
+
+#include "store/sqlite_util.h"
+
+namespace xrun::store::detail {
+namespace {
+
+// --- Migrations -------------------------------------------------------------------
+
+// Version 1: experiments, runs (with environment and summary columns),
+// flattened parameters, environment, steps and epochs.
+constexpr const char* kVersion1 = R"sql(
+CREATE TABLE experiments (
+  id          INTEGER PRIMARY KEY,
+  name        TEXT NOT NULL,
+  file        TEXT NOT NULL,
+  description TEXT NOT NULL DEFAULT '',
+  first_seen  TEXT NOT NULL,
+  UNIQUE (name, file)
+);
+CREATE TABLE runs (
+  id                 INTEGER PRIMARY KEY,
+  uuid               TEXT NOT NULL UNIQUE,
+  experiment         INTEGER NOT NULL REFERENCES experiments(id),
+  sweep_index        INTEGER NOT NULL DEFAULT 0,
+  status             TEXT NOT NULL
+                     CHECK (status IN ('planned','running','complete','failed','interrupted')),
+  config_json        TEXT NOT NULL,
+  config_hash        TEXT NOT NULL,
+  experiment_hash    TEXT NOT NULL,
+  label              TEXT NOT NULL DEFAULT '',
+  device             TEXT NOT NULL DEFAULT '',
+  host               TEXT NOT NULL DEFAULT '',
+  pid                INTEGER,
+  started_at         TEXT,
+  finished_at        TEXT,
+  error              TEXT,
+  device_name        TEXT,
+  device_uuid        TEXT,
+  compute_capability TEXT,
+  driver             TEXT,
+  cuda_runtime       TEXT,
+  cudnn              TEXT,
+  cublas             TEXT,
+  onednn             TEXT,
+  xrun_version       TEXT,
+  git_commit         TEXT,
+  cpu                TEXT,
+  batch_size         INTEGER,
+  measured_steps     INTEGER,
+  measured_images    INTEGER,
+  measured_seconds   REAL,
+  throughput         REAL,
+  step_ms_median     REAL,
+  step_ms_p10        REAL,
+  step_ms_p90        REAL,
+  step_ms_mean       REAL,
+  step_ms_stddev     REAL,
+  step_outliers      INTEGER,
+  data_wait_fraction REAL,
+  peak_memory_bytes  INTEGER,
+  skipped_steps      INTEGER,
+  final_loss         REAL,
+  test_accuracy      REAL,
+  test_loss          REAL
+);
+CREATE TABLE run_params (
+  run        INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  key        TEXT NOT NULL,
+  value      TEXT,
+  value_json TEXT NOT NULL,
+  PRIMARY KEY (run, key)
+) WITHOUT ROWID;
+CREATE TABLE run_environment (
+  run   INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  key   TEXT NOT NULL,
+  value TEXT NOT NULL,
+  PRIMARY KEY (run, key)
+) WITHOUT ROWID;
+CREATE TABLE steps (
+  run          INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step         INTEGER NOT NULL,
+  epoch        INTEGER NOT NULL,
+  kind         TEXT NOT NULL CHECK (kind IN ('warmup','measured','unmeasured')),
+  step_ms      REAL,
+  data_wait_ms REAL,
+  loss         REAL,
+  lr           REAL,
+  loss_scale   REAL,
+  images       INTEGER NOT NULL DEFAULT 0,
+  skipped      INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (run, step)
+) WITHOUT ROWID;
+CREATE TABLE epochs (
+  run           INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  epoch         INTEGER NOT NULL,
+  train_loss    REAL,
+  test_loss     REAL,
+  test_accuracy REAL,
+  seconds       REAL,
+  eval_seconds  REAL,
+  images        INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (run, epoch)
+) WITHOUT ROWID;
+)sql";
+
+// Version 2: phase and kernel totals, indexes for the runner's look-ups and
+// parameter filters, and the run_summary view.
+constexpr const char* kVersion2 = R"sql(
+CREATE TABLE phases (
+  run     INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  phase   TEXT NOT NULL,
+  calls   INTEGER NOT NULL DEFAULT 0,
+  host_ms REAL,
+  gpu_ms  REAL,
+  UNIQUE (run, phase)
+);
+CREATE TABLE kernels (
+  run      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  name     TEXT NOT NULL,
+  phase    TEXT NOT NULL DEFAULT '',
+  calls    INTEGER NOT NULL DEFAULT 0,
+  total_ms REAL,
+  min_ms   REAL,
+  max_ms   REAL,
+  UNIQUE (run, name, phase)
+);
+CREATE INDEX runs_by_config_hash ON runs (config_hash, status);
+CREATE INDEX runs_by_status_host ON runs (status, host);
+CREATE INDEX runs_by_experiment ON runs (experiment);
+CREATE INDEX run_params_by_key_value ON run_params (key, value);
+CREATE VIEW run_summary AS
+SELECT
+  r.id, r.uuid, e.name AS experiment, r.sweep_index, r.label, r.device, r.device_name,
+  COALESCE(r.batch_size,
+           (SELECT CAST(p.value AS INTEGER) FROM run_params p
+             WHERE p.run = r.id AND p.key = 'train.batch_size' AND p.value GLOB '[0-9]*'))
+    AS batch_size,
+  (SELECT p.value FROM run_params p WHERE p.run = r.id AND p.key = 'train.precision')
+    AS precision,
+  (SELECT p.value FROM run_params p WHERE p.run = r.id AND p.key = 'train.cudnn_benchmark')
+    AS cudnn_benchmark,
+  (SELECT CAST(p.value AS INTEGER) FROM run_params p
+    WHERE p.run = r.id AND p.key = 'data.workers' AND p.value GLOB '[0-9]*')
+    AS workers,
+  r.throughput, r.step_ms_median, r.step_ms_p10, r.step_ms_p90, r.peak_memory_bytes,
+  r.test_accuracy, r.final_loss, r.status, r.started_at, r.finished_at,
+  r.config_hash, r.experiment_hash, r.host, r.error
+FROM runs r JOIN experiments e ON e.id = r.experiment;
+)sql";
+
+// kMigrations[i] takes a file from version i to version i + 1.
+const std::vector<const char*> kMigrations = {kVersion1, kVersion2};
+
+// --- Opening ----------------------------------------------------------------------
+
+// What a file holds before we touch it.
+struct FileState {
+  int64_t application_id = 0;
+  int64_t version = 0;
+  int64_t objects = 0;     // entries in sqlite_master
+  std::string tables;      // a few table names, for the "foreign" message
+};
+
+FileState read_state(sqlite3* db, const std::string& path) {
+  const char* sql =
+      "SELECT (SELECT application_id FROM pragma_application_id),"
+      "       (SELECT user_version FROM pragma_user_version),"
+      "       (SELECT count(*) FROM sqlite_master),"
+      "       (SELECT group_concat(name, ', ') FROM"
+      "          (SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name LIMIT 5))";
+  try {
+    Statement st(db, path, sql);
+    FileState s;
+    if (st.step()) {
+      s.application_id = st.int64(0);
+      s.version = st.int64(1);
+      s.objects = st.int64(2);
+      s.tables = st.text(3);
+    }
+    return s;
+  } catch (const StoreError&) {
+    int code = sqlite3_errcode(db);
+    if (code == SQLITE_NOTADB)
+      throw StoreError(path + ": not an SQLite database (" + sqlite3_errmsg(db) + ")");
+    if (code == SQLITE_CORRUPT)
+      throw StoreError(path + ": the SQLite file is corrupt (" + sqlite3_errmsg(db) + ")");
+    throw;
+  }
+}
+
+// Throws for a file we must not open: newer than this build, or not ours.
+void validate(const FileState& s, const std::string& path) {
+  const bool empty = s.objects == 0 && s.version == 0 && s.application_id == 0;
+  if (empty) return;
+  if (s.application_id != kApplicationId) {
+    std::string what = s.tables.empty() ? std::string("no xrun tables")
+                                        : "tables " + s.tables + ", no xrun tables";
+    throw StoreError(path + ": an SQLite database but not an xrun store (" + what +
+                     "); refusing to modify it");
+  }
+  if (s.version > latest_version())
+    throw StoreError(path + ": schema version " + std::to_string(s.version) +
+                     " is newer than this xrun (" + std::to_string(latest_version()) +
+                     "); upgrade xrun");
+}
+
+// Applies the migrations after the file's version up to `target`, one
+// transaction each; re-reads the version under the write lock so two
+// processes opening one new file never apply a step twice.
+void migrate(sqlite3* db, const std::string& path, int target) {
+  for (;;) {
+    Transaction tx(db, path);
+    FileState s = read_state(db, path);
+    validate(s, path);
+    if (s.version >= target) {
+      tx.commit();
+      return;
+    }
+    const int next = static_cast<int>(s.version) + 1;
+    exec(db, path, kMigrations[static_cast<size_t>(next - 1)]);
+    exec(db, path, "PRAGMA application_id = " + std::to_string(kApplicationId));
+    exec(db, path, "PRAGMA user_version = " + std::to_string(next));
+    tx.commit();
+  }
+}
+
+}  // namespace
+
+int latest_version() { return static_cast<int>(kMigrations.size()); }
+
+sqlite3* open_database(const std::string& path, int target_version) {
+  if (target_version < 1 || target_version > latest_version())
+    throw StoreError(path + ": no schema version " + std::to_string(target_version));
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = path + ": cannot open (" +
+                      (db ? sqlite3_errmsg(db) : std::string("out of memory")) + ")";
+    sqlite3_close_v2(db);
+    throw StoreError(msg);
+  }
+  try {
+    sqlite3_extended_result_codes(db, 1);
+    check(sqlite3_busy_timeout(db, kBusyTimeoutMs), db, path, "sqlite3_busy_timeout");
+    FileState s = read_state(db, path);
+    validate(s, path);  // before anything writes to the file
+    {
+      Statement mode(db, path, "PRAGMA journal_mode = WAL");
+      mode.step();
+    }
+    exec(db, path, "PRAGMA foreign_keys = ON");
+    if (s.version < target_version) migrate(db, path, target_version);
+  } catch (...) {
+    sqlite3_close_v2(db);
+    throw;
+  }
+  return db;
+}
+
+void create_at_version(const std::string& path, int version) {
+  sqlite3_close_v2(open_database(path, version));
+}
+
+}  // namespace xrun::store::detail

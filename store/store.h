@@ -1,0 +1,154 @@
+// store/store.h: the SQLite result store. One file holds experiments, runs
+// (one UUID each), their flattened parameters, per-step and per-epoch records,
+// phase/kernel totals and environment. Versioned schema (PRAGMA user_version)
+// with forward migrations, WAL and busy_timeout so several xrun processes can
+// share one file. See README.md ("The store") for the schema and queries.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/records.h"
+
+struct sqlite3;
+
+namespace xrun::store {
+
+// Any SQLite failure, a foreign or corrupt file, a schema newer than this
+// build. what() names the file and the failing statement.
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class RunStatus { planned, running, complete, failed, interrupted };
+const char* to_string(RunStatus s);
+RunStatus run_status_from_string(const std::string& s);  // throws StoreError
+
+// What the runner knows when a run starts.
+struct NewRun {
+  std::string experiment;       // experiment name from the file
+  std::string experiment_file;  // path as given
+  std::string description;
+  int sweep_index = 0;
+  std::string config_json;      // canonical resolved config
+  std::string config_hash;      // identifies completeness (device + label included)
+  std::string experiment_hash;  // same experiment on any machine
+  std::string label;            // store.label
+  std::string device;           // resolved train.device ("cpu", "cuda:0")
+  // Flattened resolved settings: dotted key -> value as canonical JSON text
+  // ("train.batch_size" -> "512", "train.precision" -> "\"fp16\"").
+  std::map<std::string, std::string> params;
+  Environment environment;
+};
+
+// One row of `xrun runs` / the run_summary view.
+struct RunInfo {
+  int64_t id = 0;
+  std::string uuid;
+  std::string experiment;
+  int sweep_index = 0;
+  std::string status;
+  std::string label;
+  std::string device;       // "cpu", "cuda:0"
+  std::string device_name;  // "NVIDIA GeForce RTX 4090 D", "AMD EPYC ..."
+  std::string config_hash, experiment_hash;
+  std::string started_at, finished_at;  // ISO 8601 UTC
+  int batch_size = 0;
+  std::string precision;
+  std::string cudnn_benchmark;
+  int workers = 0;
+  double throughput = 0;    // img/s, 0 when not complete
+  double step_ms_median = 0, step_ms_p10 = 0, step_ms_p90 = 0;
+  int64_t peak_memory_bytes = 0;
+  double test_accuracy = 0; // NaN when none
+  double final_loss = 0;
+  std::string error;
+};
+
+// Everything `xrun show` prints about one run.
+struct RunDetail {
+  RunInfo info;
+  std::string description;
+  std::string experiment_file;
+  std::string config_json;
+  std::map<std::string, std::string> params;
+  Environment environment;
+  RunSummary summary;
+  std::vector<EpochRecord> epochs;
+  std::vector<PhaseRecord> phases;
+  std::vector<KernelRecord> kernels;
+  int64_t step_count = 0;
+  std::string host;
+  int64_t pid = 0;
+};
+
+class Store {
+ public:
+  // Opens or creates the file, sets WAL and busy_timeout, migrates an older
+  // schema forward in one transaction. Throws StoreError for a file that is
+  // not an SQLite database, not an xrun store, or newer than this build.
+  explicit Store(const std::string& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const std::string& path() const { return path_; }
+  int schema_version() const;
+  static int latest_schema_version();
+
+  // Runs. begin_run inserts the experiment if new and a run row with status
+  // running, the current host and pid, and returns its new UUID.
+  std::string begin_run(const NewRun& run);
+  void set_environment(const std::string& uuid, const Environment& env);
+  void write_steps(const std::string& uuid, std::span<const StepRecord> steps);
+  void write_epoch(const std::string& uuid, const EpochRecord& epoch);
+  void write_phases(const std::string& uuid, std::span<const PhaseRecord> phases);
+  void write_kernels(const std::string& uuid, std::span<const KernelRecord> kernels);
+  // Ends a run: status, summary figures (for complete runs) and error text.
+  void finish_run(const std::string& uuid, RunStatus status, const RunSummary& summary,
+                  const std::string& error = "");
+
+  // The UUID of a complete run with this config hash, if any.
+  std::optional<std::string> find_complete(const std::string& config_hash) const;
+  // Runs left `running` on this host by a process that no longer exists are
+  // marked interrupted. Returns how many.
+  int mark_stale_runs_interrupted();
+
+  // Queries. `where` filters on flattened parameters or run columns:
+  // ("train.precision", "fp16"), ("label", "4090D-box"), ("status", "complete").
+  std::vector<RunInfo> list_runs(
+      const std::vector<std::pair<std::string, std::string>>& where = {}) const;
+  // By integer id or a unique UUID prefix (at least 4 characters).
+  // Throws StoreError when the prefix is ambiguous; nullopt when none matches.
+  std::optional<RunDetail> get_run(const std::string& id_or_uuid) const;
+  std::vector<StepRecord> get_steps(const std::string& uuid) const;
+
+  sqlite3* handle() const { return db_; }
+
+ private:
+  std::string path_;
+  sqlite3* db_ = nullptr;
+};
+
+// Writes step records from a background thread in batched transactions so the
+// training thread never waits on SQLite. Owns its own connection.
+class StepWriter {
+ public:
+  StepWriter(const std::string& db_path, std::string uuid, size_t batch_size = 64);
+  ~StepWriter();  // flushes; never throws
+  void push(const StepRecord& step);  // cheap; never touches SQLite
+  void flush();                       // blocks until everything pushed is written;
+                                      // rethrows a write error from the thread
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xrun::store

@@ -1,0 +1,130 @@
+// tests/device/doctor_test.cpp: `xrun doctor`'s text and JSON reports and its
+// exit codes for --require; holds with and without a GPU.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/device/device_info.h"
+#include "engine/device/doctor.h"
+
+using namespace xrun;
+
+namespace {
+
+struct Report {
+  int rc;
+  std::string text;
+};
+
+Report doctor(bool json, const std::string& require) {
+  std::ostringstream out;
+  int rc = run_doctor(out, json, require);
+  return {rc, out.str()};
+}
+
+bool cuda_usable(const CudaInfo& c) {
+  for (const auto& g : c.gpus)
+    if (g.kernels_supported) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("doctor text report", "[device]") {
+  const CudaInfo cuda = query_cuda();
+  const CpuInfo cpu = query_cpu();
+  const Report r = doctor(false, "");
+  INFO(r.text);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.text, Catch::Contains(cpu.model));
+  CHECK_THAT(r.text, Catch::Contains("oneDNN:         " + cpu.onednn_version + ", ISA " + cpu.onednn_isa));
+  CHECK_THAT(r.text, Catch::Contains(hostname()));
+  if (cuda.compiled_with_cuda) {
+    CHECK_THAT(r.text, Catch::Contains("cuDNN:          " + format_cudnn_version(cuda.cudnn_loaded)));
+    CHECK_THAT(r.text, Catch::Contains("CUDA runtime:   " + format_cuda_version(cuda.runtime_version)));
+    CHECK_THAT(r.text, Catch::Contains("cuBLAS:"));
+    CHECK_THAT(r.text, Catch::Contains("CUPTI API:"));
+  }
+  if (cuda.gpus.empty()) {
+    CHECK_THAT(r.text, Catch::Contains("No NVIDIA GPU: " + cuda.status + ". xrun will train on the CPU."));
+    if (cuda.compiled_with_cuda && cuda.driver_version == 0)
+      CHECK_THAT(r.text, Catch::Contains("NVIDIA driver:  not found"));
+  } else {
+    CHECK_THAT(r.text, !Catch::Contains("No NVIDIA GPU"));
+    for (const auto& g : cuda.gpus) {
+      CHECK_THAT(r.text, Catch::Contains("GPU " + std::to_string(g.index) + ": " + g.name));
+      CHECK_THAT(r.text, Catch::Contains(g.uuid));
+      CHECK_THAT(r.text, Catch::Contains("Compute capability: " + g.compute_capability()));
+    }
+  }
+}
+
+TEST_CASE("doctor --require", "[device]") {
+  const bool usable = cuda_usable(query_cuda());
+  CHECK(doctor(false, "cpu").rc == 0);
+  CHECK_THAT(doctor(false, "cpu").text, Catch::Contains("Required device cpu is available."));
+
+  const Report cuda = doctor(false, "cuda");
+  INFO(cuda.text);
+  if (usable) {
+    CHECK(cuda.rc == 0);
+    CHECK_THAT(cuda.text, Catch::Contains("Required device cuda is available."));
+  } else {
+    CHECK(cuda.rc == 1);
+    CHECK_THAT(cuda.text, Catch::Contains("Required device cuda is not usable: "));
+  }
+
+  const Report bad = doctor(false, "tpu");
+  CHECK(bad.rc == 2);
+  CHECK_THAT(bad.text, Catch::Contains("unknown required device \"tpu\""));
+  const Report bad_json = doctor(true, "gpu");
+  CHECK(bad_json.rc == 2);
+  CHECK_THAT(nlohmann::json::parse(bad_json.text).at("error").get<std::string>(),
+             Catch::Contains("\"gpu\""));
+}
+
+TEST_CASE("doctor JSON report", "[device]") {
+  const CudaInfo cuda = query_cuda();
+  const CpuInfo cpu = query_cpu();
+  const Report r = doctor(true, "");
+  INFO(r.text);
+  CHECK(r.rc == 0);
+  nlohmann::json j;
+  REQUIRE_NOTHROW(j = nlohmann::json::parse(r.text));
+  CHECK(j.at("cpu").at("model") == cpu.model);
+  CHECK(j.at("cpu").at("logical_cores") == cpu.logical_cores);
+  CHECK(j.at("cpu").at("onednn_version") == cpu.onednn_version);
+  CHECK(j.at("cpu").at("onednn_isa") == cpu.onednn_isa);
+  CHECK(j.at("cuda").at("status") == cuda.status);
+  CHECK(j.at("cuda").at("compiled_with_cuda") == cuda.compiled_with_cuda);
+  CHECK(j.at("cuda").at("cudnn").at("loaded") == cuda.cudnn_loaded);
+  CHECK(j.at("cuda").at("driver_version") == cuda.driver_version);
+  CHECK(j.at("host") == hostname());
+  CHECK(j.at("ok") == true);
+  REQUIRE(j.at("gpus").is_array());
+  CHECK(j.at("gpus").size() == cuda.gpus.size());
+  if (cuda.gpus.empty()) {
+    CHECK(j.at("gpus") == nlohmann::json::array());
+    CHECK(j.at("train_device") == "cpu");
+  } else {
+    for (size_t i = 0; i < cuda.gpus.size(); ++i) {
+      CHECK(j["gpus"][i].at("name") == cuda.gpus[i].name);
+      CHECK(j["gpus"][i].at("uuid") == cuda.gpus[i].uuid);
+      CHECK(j["gpus"][i].at("precisions") == cuda.gpus[i].train_precisions());
+    }
+  }
+
+  const Report req = doctor(true, "cuda");
+  const auto jr = nlohmann::json::parse(req.text);
+  CHECK(jr.at("require") == "cuda");
+  if (cuda_usable(cuda)) {
+    CHECK(req.rc == 0);
+    CHECK(jr.at("ok") == true);
+  } else {
+    CHECK(req.rc == 1);
+    CHECK(jr.at("ok") == false);
+    CHECK_THAT(jr.at("error").get<std::string>(), Catch::Contains("not usable"));
+  }
+}
