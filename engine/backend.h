@@ -188,6 +188,8 @@ class Backend {
   // Canonical-layout exchange (checkpoints, initialisation, tests).
   virtual void write(Tensor* t, std::span<const float> canonical) = 0;
   virtual void read(const Tensor* t, std::span<float> canonical) = 0;
+  // Writes the labels of the next loss call (tests; training uses load_batch).
+  virtual void write_labels(std::span<const int32_t> labels) = 0;
   // Writes a batch: uint8 NCHW images normalised with mean/std, and labels.
   // Rows beyond `count` are zero.
   virtual void load_batch(const uint8_t* images, const int32_t* labels, int count,

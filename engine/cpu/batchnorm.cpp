@@ -1,6 +1,6 @@
 // engine/cpu/batchnorm.cpp: batch norm on oneDNN with ReLU fused
 // (fuse_norm_relu, its mask kept in a workspace) or followed by the residual
-// add + ReLU (a binary add with a ReLU post-op, in place). oneDNN keeps no
+// add + ReLU (a binary add, then a ReLU, both in place). oneDNN keeps no
 // running statistics: they are updated here PyTorch's way (momentum 0.1,
 // unbiased variance), from the batch statistics the forward pass returns.
 #include <stdexcept>
@@ -64,18 +64,19 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
     if (act == BnActivation::add_relu) {
       if (!residual || !d_residual || !(residual->md == x->md) || !(d_residual->md == x->md))
         throw std::logic_error(name + ": residual missing or of another layout");
-      post_ops relu_after;
-      relu_after.append_eltwise(1.0f, algorithm::eltwise_relu, 0.0f, 0.0f);
-      primitive_attr add_attr = be.attr();
-      add_attr.set_post_ops(relu_after);
+      // The add and the ReLU are two primitives: oneDNN 2.6's binary with a
+      // ReLU post-op gives wrong results (and writes out of place) on blocked
+      // layouts whose channel count is not a multiple of 16.
       auto add_desc = binary::desc(algorithm::binary_add, x->md, x->md, x->md);
-      auto add_pd = binary::primitive_desc(add_desc, add_attr, be.engine());
-      add_relu_ = binary(add_pd);
+      auto add_pd = binary::primitive_desc(add_desc, be.attr(), be.engine());
+      add_ = binary(add_pd);
       be.need_scratchpad(add_pd.scratchpad_desc());
       auto relu_fwd = eltwise_forward::primitive_desc(
           eltwise_forward::desc(prop_kind::forward_training,
                                 algorithm::eltwise_relu_use_dst_for_bwd, x->md, 0.0f, 0.0f),
-          be.engine());
+          be.attr(), be.engine());
+      relu_fwd_ = eltwise_forward(relu_fwd);
+      be.need_scratchpad(relu_fwd.scratchpad_desc());
       auto relu_bwd_pd = eltwise_backward::primitive_desc(
           eltwise_backward::desc(algorithm::eltwise_relu_use_dst_for_bwd, x->md, x->md, 0.0f,
                                  0.0f),
@@ -113,6 +114,7 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
                    {DNNL_ARG_SRC_1, residual_->mem},
                    {DNNL_ARG_DST, m(y)},
                    {DNNL_ARG_SCRATCHPAD, sp}};
+      relu_fwd_args_ = {{DNNL_ARG_SRC, m(y)}, {DNNL_ARG_DST, m(y)}, {DNNL_ARG_SCRATCHPAD, sp}};
       relu_bwd_args_ = {{DNNL_ARG_DST, m(y)},
                         {DNNL_ARG_DIFF_DST, m(dy)},
                         {DNNL_ARG_DIFF_SRC, d_residual_->mem},
@@ -122,13 +124,13 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
 
   void forward_train() override {
     fwd_.execute(be_.stream(), fwd_args_);
-    if (act_ == BnActivation::add_relu) add_relu_.execute(be_.stream(), add_args_);
+    if (act_ == BnActivation::add_relu) add_relu();
     update_running_stats();
   }
 
   void forward_infer() override {
     inf_.execute(be_.stream(), inf_args_);
-    if (act_ == BnActivation::add_relu) add_relu_.execute(be_.stream(), add_args_);
+    if (act_ == BnActivation::add_relu) add_relu();
   }
 
   void backward() override {
@@ -138,6 +140,11 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
   }
 
  private:
+  void add_relu() {  // y = relu(y + residual), in place
+    add_.execute(be_.stream(), add_args_);
+    relu_fwd_.execute(be_.stream(), relu_fwd_args_);
+  }
+
   void update_running_stats() {
     const float* mean = static_cast<const float*>(mean_->data);
     const float* var = static_cast<const float*>(var_->data);
@@ -164,9 +171,10 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
   batch_normalization_backward::primitive_desc bwd_pd_;
   batch_normalization_forward fwd_, inf_;
   batch_normalization_backward bwd_;
-  binary add_relu_;
+  binary add_;
+  eltwise_forward relu_fwd_;
   eltwise_backward relu_bwd_;
-  Args fwd_args_, inf_args_, bwd_args_, add_args_, relu_bwd_args_;
+  Args fwd_args_, inf_args_, bwd_args_, add_args_, relu_fwd_args_, relu_bwd_args_;
 };
 
 }  // namespace

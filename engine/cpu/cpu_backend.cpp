@@ -214,14 +214,28 @@ int64_t CpuBackend::peak_memory_bytes() const {
 
 // ------------------------------------------------------ canonical data --
 
+dnnl::reorder& CpuBackend::exchange_reorder(const memory::desc& md, bool to_canonical) {
+  for (auto& [desc, dir, prim] : exchange_reorders_)
+    if (dir == to_canonical && desc == md) return prim;
+  const memory::desc plain = plain_md(md.dims(), md.data_type());
+  auto pd = to_canonical ? dnnl::reorder::primitive_desc(engine_, md, engine_, plain)
+                         : dnnl::reorder::primitive_desc(engine_, plain, engine_, md);
+  exchange_reorders_.emplace_back(md, to_canonical, dnnl::reorder(pd));
+  return std::get<2>(exchange_reorders_.back());
+}
+
 void CpuBackend::write(Tensor* t, std::span<const float> canonical) {
   CpuTensor* ct = as_cpu(t);
   if (static_cast<int64_t>(canonical.size()) != t->numel())
     throw std::invalid_argument("write " + t->name + ": " + std::to_string(canonical.size()) +
                                 " values for " + std::to_string(t->numel()) + " elements");
   if (!ct->data) throw std::logic_error("write before allocate(): " + t->name);
+  if (is_plain(ct->md)) {
+    std::memcpy(ct->data, canonical.data(), canonical.size_bytes());
+    return;
+  }
   memory user(plain_md(ct->md.dims()), engine_, const_cast<float*>(canonical.data()));
-  dnnl::reorder(user, ct->mem).execute(stream_, user, ct->mem);
+  exchange_reorder(ct->md, false).execute(stream_, user, ct->mem);
   stream_.wait();
 }
 
@@ -231,9 +245,22 @@ void CpuBackend::read(const Tensor* t, std::span<float> canonical) {
     throw std::invalid_argument("read " + t->name + ": room for " +
                                 std::to_string(canonical.size()) + " values, tensor has " +
                                 std::to_string(t->numel()));
+  if (!ct->data) throw std::logic_error("read before allocate(): " + t->name);
+  if (is_plain(ct->md)) {
+    std::memcpy(canonical.data(), ct->data, canonical.size_bytes());
+    return;
+  }
   memory user(plain_md(ct->md.dims()), engine_, canonical.data());
-  dnnl::reorder(ct->mem, user).execute(stream_, const_cast<memory&>(ct->mem), user);
+  exchange_reorder(ct->md, true).execute(stream_, const_cast<memory&>(ct->mem), user);
   stream_.wait();
+}
+
+void CpuBackend::write_labels(std::span<const int32_t> labels) {
+  if (!labels_) throw std::logic_error("write_labels: model has no loss");
+  if (static_cast<int64_t>(labels.size()) != labels_->dims[0])
+    throw std::invalid_argument("write_labels: " + std::to_string(labels.size()) +
+                                " labels for a batch of " + std::to_string(labels_->dims[0]));
+  std::memcpy(labels_->data, labels.data(), labels.size_bytes());
 }
 
 void CpuBackend::load_batch(const uint8_t* images, const int32_t* labels, int count,
@@ -246,8 +273,10 @@ void CpuBackend::load_batch(const uint8_t* images, const int32_t* labels, int co
     throw std::invalid_argument("load_batch: mean/std need one value per channel");
   float* dst = static_cast<float*>(input_->data);
   // Per channel: x = (pixel/255 - mean) / std  =  pixel * a + b.
-  float a[16], b[16];
-  for (int64_t ch = 0; ch < c && ch < 16; ++ch) {
+  constexpr int64_t kMaxChannels = 16;
+  if (c > kMaxChannels) throw std::invalid_argument("load_batch: at most 16 image channels");
+  float a[kMaxChannels], b[kMaxChannels];
+  for (int64_t ch = 0; ch < c; ++ch) {
     a[ch] = 1.0f / (255.0f * std[ch]);
     b[ch] = -mean[ch] / std[ch];
   }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -79,6 +80,7 @@ class CpuBackend final : public Backend {
 
   void write(Tensor* t, std::span<const float> canonical) override;
   void read(const Tensor* t, std::span<float> canonical) override;
+  void write_labels(std::span<const int32_t> labels) override;
   void load_batch(const uint8_t* images, const int32_t* labels, int count,
                   std::span<const float> mean, std::span<const float> std) override;
   void synchronize() override {}
@@ -109,6 +111,9 @@ class CpuBackend final : public Backend {
     size_t bytes = 0;
     char* base = nullptr;
   };
+  // Reorders between a layout and the canonical one, made once per layout.
+  dnnl::reorder& exchange_reorder(const memory::desc& md, bool to_canonical);
+
   Region& region_of(TensorRole role) { return regions_[static_cast<size_t>(role)]; }
   const Region& region_of(TensorRole role) const { return regions_[static_cast<size_t>(role)]; }
 
@@ -122,6 +127,7 @@ class CpuBackend final : public Backend {
   memory scratchpad_;
   char* scratchpad_base_ = nullptr;
   std::vector<CpuOp*> ops_;
+  std::vector<std::tuple<memory::desc, bool, dnnl::reorder>> exchange_reorders_;
   std::unique_ptr<PointwiseOps> pointwise_;
   CpuTensor* input_ = nullptr;
   CpuTensor* labels_ = nullptr;

@@ -1,0 +1,64 @@
+// tests/engine/resnet_structure_test.cpp: the one model definition against
+// torchvision: every state_dict name, shape and order (fixture made by
+// torchvision 0.14, tests/engine/fixtures/torchvision_state_dicts.json) and
+// the parameter counts, for resnet18/34/50/101/152 with 10 and 1000 classes.
+#include <catch2/catch.hpp>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model/resnet.h"
+#include "torch_fixtures.h"
+
+using namespace xrun;
+
+namespace {
+
+void check_against_torchvision(const std::string& arch, int classes) {
+  const auto fixture = testing::load_fixture("torchvision_state_dicts.json");
+  const auto& expected = fixture.at("models").at(arch + "_" + std::to_string(classes));
+  cpu::CpuBackend be(1);
+  ModelSpec spec;
+  spec.arch = arch;
+  spec.num_classes = classes;
+  spec.batch = 1;
+  spec.image_size = 32;
+  ResNet model(be, spec);
+
+  CHECK(model.parameter_count() == expected.at("parameters").get<int64_t>());
+  const auto& sd = expected.at("state_dict");
+  REQUIRE(model.state().size() == sd.size());
+  for (size_t i = 0; i < sd.size(); ++i) {
+    const StateEntry& e = model.state()[i];
+    INFO(arch << " entry " << i);
+    CHECK(e.name == sd[i][0].get<std::string>());
+    CHECK(e.dims == sd[i][1].get<std::vector<int64_t>>());
+    const bool counter = sd[i][2].get<std::string>() == "int64";
+    CHECK((e.kind == StateEntry::Kind::counter) == counter);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("resnet50 has torchvision's state_dict and parameter counts", "[model]") {
+  SECTION("10 classes: 23,528,522 parameters") {
+    check_against_torchvision("resnet50", 10);
+    const auto f = testing::load_fixture("torchvision_state_dicts.json");
+    CHECK(f.at("models").at("resnet50_10").at("parameters") == 23528522);
+  }
+  SECTION("1000 classes: 25,557,032 parameters") {
+    check_against_torchvision("resnet50", 1000);
+    const auto f = testing::load_fixture("torchvision_state_dicts.json");
+    CHECK(f.at("models").at("resnet50_1000").at("parameters") == 25557032);
+  }
+}
+
+TEST_CASE("resnet18 34 101 and 152 have torchvision state_dicts", "[model]") {
+  for (const char* arch : {"resnet18", "resnet34", "resnet101", "resnet152"})
+    for (int classes : {10, 1000}) check_against_torchvision(arch, classes);
+}
+
+TEST_CASE("an unknown arch is refused by name", "[model]") {
+  cpu::CpuBackend be(1);
+  ModelSpec spec;
+  spec.arch = "resnet51";
+  REQUIRE_THROWS_WITH(ResNet(be, spec), Catch::Contains("resnet51") && Catch::Contains("resnet50"));
+}
