@@ -166,8 +166,14 @@ int plan_command(const PlanArgs& args) {
 
 int run_command(const RunArgs& args) {
   Plan plan;
+  PlanOptions options = plan_options(args.sets);
+  options.device_check = [](const nlohmann::json&, const std::string& device) -> std::string {
+    if (device.rfind("cuda", 0) == 0 && !cuda_engine_available())
+      return "device " + device + " needs the CUDA engine, which this build does not have yet";
+    return "";
+  };
   try {
-    plan = load_plan(args.file, plan_options(args.sets));
+    plan = load_plan(args.file, options);
   } catch (const ExperimentError& e) {
     std::cerr << "xrun: " << e.what() << "\n";
     return kUsage;

@@ -1,5 +1,5 @@
-// tests/data/data_test_util.h: helpers the data tests share: a temporary
-// directory removed at scope exit, writing byte files, and configs.
+// tests/data/data_test_util.h: helpers the data tests share (configs) on top
+// of tests/test_util.h (scratch directories, byte files).
 #pragma once
 
 #include <atomic>
@@ -12,35 +12,14 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "test_util.h"
 
 namespace xrun::data::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("xrun-data-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) +
-             "-" + std::to_string(std::random_device{}()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string str() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using TempDir = xrun_test::ScratchDir;
 
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!out) throw std::runtime_error("cannot write " + path);
+  xrun_test::write_bytes(path, bytes.data(), bytes.size());
 }
 
 inline xrun::DataConfig config(const std::string& source, const std::string& path, int image_size,

@@ -12,23 +12,11 @@
 #include <string>
 
 #include "store/store.h"
+#include "test_util.h"
 
 namespace store_test {
 
-// A directory under /tmp, removed with everything in it at scope exit.
-struct TempDir {
-  std::filesystem::path dir;
-  TempDir() {
-    char tmpl[] = "/tmp/xrun-store-test-XXXXXX";
-    if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
-    dir = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
-};
+using TempDir = xrun_test::ScratchDir;
 
 // A run as the runner would describe it; `precision` and `batch` go into the
 // flattened params (and the config hash) so tests can tell runs apart.

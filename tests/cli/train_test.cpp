@@ -1,0 +1,178 @@
+// tests/cli/train_test.cpp: `xrun run` end to end on the CPU engine: a small
+// learnable experiment stored complete with falling loss and accuracy well
+// above chance; skipping complete runs; a NaN loss, a missing dataset, Ctrl-C
+// and a killed process, each leaving an honest store and the right exit code.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "cli_util.h"
+
+using Catch::Matchers::Contains;
+using xrun_test::CliFixture;
+using xrun_test::shell_quote;
+using xrun_test::small_experiment;
+
+namespace {
+
+std::string run_args(const CliFixture& f, const std::string& file) {
+  return "run " + shell_quote(file) + " --db " + shell_quote(f.db());
+}
+
+// Starts xrun in the background (output to a file); returns its pid.
+pid_t spawn_xrun(const CliFixture& f, const std::string& file) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string log = f.dir.file("xrun.log");
+    if (!freopen(log.c_str(), "w", stdout) || !freopen(log.c_str(), "a", stderr)) _exit(99);
+    const std::string bin = xrun_test::xrun_binary(), db = f.db();
+    execl(bin.c_str(), bin.c_str(), "run", file.c_str(), "--db", db.c_str(), nullptr);
+    _exit(98);
+  }
+  return pid;
+}
+
+// Waits until the store holds at least `steps` steps (or gives up after 120 s).
+bool wait_for_steps(const CliFixture& f, int steps) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    try {
+      if (std::filesystem::exists(f.db()) && std::stoi(f.sql("SELECT count(*) FROM steps")) >= steps)
+        return true;
+    } catch (const std::exception&) {  // store being created: try again
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("xrun run trains a learnable experiment: complete, loss falls, accuracy beats chance", "[cli][train]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("learn.toml", small_experiment("learn"));
+  auto r = f.xrun(run_args(f, file));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Contains("complete") && Contains("test accuracy"));
+
+  CHECK(f.sql("SELECT status FROM runs") == "complete");
+  CHECK(f.sql("SELECT count(*) FROM steps") == "120");  // 3 epochs x 640/16
+  CHECK(f.sql("SELECT count(*) FROM steps WHERE kind = 'warmup'") == "3");
+  CHECK(f.sql("SELECT count(*) FROM epochs") == "3");
+  const double first = f.sql_double("SELECT avg(loss) FROM steps WHERE step < 10");
+  const double last = f.sql_double("SELECT avg(loss) FROM steps WHERE step >= 110");
+  CHECK(last < 0.5 * first);
+  const double acc = f.sql_double("SELECT test_accuracy FROM runs");
+  CHECK(acc > 0.6);  // 10 classes: chance is 0.1
+  CHECK(f.sql_double("SELECT throughput FROM run_summary") > 0);
+  CHECK(f.sql("SELECT value FROM run_params WHERE key = 'model.arch'") == "resnet18");
+  CHECK(f.sql("SELECT device_name FROM runs") != "");
+  CHECK(std::stoi(f.sql("SELECT count(*) FROM phases")) >= 5);
+
+  // runs and show read it back (one run so far).
+  auto table = f.xrun("runs --db " + shell_quote(f.db()));
+  CHECK(table.status == 0);
+  CHECK_THAT(table.output, Contains("learn") && Contains("complete") && Contains("1 run(s)"));
+  auto csv = f.xrun("runs --format csv --where model.arch=resnet18 --db " + shell_quote(f.db()));
+  CHECK_THAT(csv.output, Contains("id,uuid,experiment") && Contains(",learn,"));
+  auto none = f.xrun("runs --format json --where model.arch=resnet50 --db " + shell_quote(f.db()));
+  CHECK_THAT(none.output, Contains("[]"));
+  const std::string uuid = f.sql("SELECT uuid FROM runs");
+  auto show = f.xrun("show " + uuid.substr(0, 8) + " --db " + shell_quote(f.db()));
+  CHECK(show.status == 0);
+  CHECK_THAT(show.output, Contains(uuid) && Contains("throughput") && Contains("forward") &&
+                              Contains("model.arch = \"resnet18\""));
+
+  // A second `run` skips it; --force runs it again.
+  auto again = f.xrun(run_args(f, file));
+  CHECK(again.status == 0);
+  CHECK_THAT(again.output, Contains("already complete"));
+  CHECK(f.sql("SELECT count(*) FROM runs") == "1");
+  CHECK(f.xrun(run_args(f, file) + " --force").status == 0);
+  CHECK(f.sql("SELECT count(*) FROM runs") == "2");
+}
+
+TEST_CASE("xrun run: a NaN loss fails that run, the sweep goes on, exit 1", "[cli][train]") {
+  CliFixture f;
+  // SGD with lr 1e38 and weight decay 1 scales every weight by -1e38: inf
+  // after two steps, then NaN through batch norm (inf - inf).
+  const std::string file = f.write_experiment("nan.toml", small_experiment("nan", R"(
+[sweep]
+mode = "zip"
+train.optimizer.lr = [1e38, 1e-3]
+train.optimizer.weight_decay = [1.0, 0.0]
+train.epochs = [3, 1]
+)", "name = \"sgd\""));
+  auto r = f.xrun(run_args(f, file));
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(f.sql("SELECT status FROM runs WHERE sweep_index = 0") == "failed");
+  CHECK_THAT(f.sql("SELECT error FROM runs WHERE sweep_index = 0"),
+             Contains("loss is") && Contains("step"));
+  CHECK(f.sql("SELECT status FROM runs WHERE sweep_index = 1") == "complete");
+  // The steps before the failure are kept.
+  CHECK(std::stoi(f.sql("SELECT count(*) FROM steps s JOIN runs r ON r.id = s.run WHERE r.sweep_index = 0")) >= 1);
+}
+
+TEST_CASE("xrun run: a missing dataset fails the run with the file named", "[cli][train]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("cifar.toml", R"(name = "cifar"
+[data]
+source = "cifar10"
+path = "no-such-dir"
+[train]
+device = "cpu"
+steps = 5
+[measure]
+warmup_steps = 1
+)");
+  auto r = f.xrun(run_args(f, file));
+  CHECK(r.status == 1);
+  CHECK(f.sql("SELECT status FROM runs") == "failed");
+  CHECK_THAT(f.sql("SELECT error FROM runs"), Contains("no-such-dir") && Contains("data_batch_1.bin"));
+}
+
+TEST_CASE("xrun run: Ctrl-C stops after the current step, exit 130, steps kept", "[cli][train]") {
+  CliFixture f;
+  const std::string file = f.write_experiment(
+      "long.toml", small_experiment("long", "[store]\nlabel = \"box\"\n"));
+  const pid_t pid = spawn_xrun(f, file);
+  REQUIRE(wait_for_steps(f, 5));
+  kill(pid, SIGINT);
+  CHECK(wait_exit(pid) == 130);
+  CHECK(f.sql("SELECT status FROM runs") == "interrupted");
+  const int steps = std::stoi(f.sql("SELECT count(*) FROM steps"));
+  CHECK(steps >= 5);
+  CHECK(steps < 120);
+  CHECK_THAT(f.sql("SELECT error FROM runs"), Contains("interrupted before step"));
+}
+
+TEST_CASE("xrun run: a killed xrun leaves `running`; the next one marks it interrupted and re-runs", "[cli][train]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("killed.toml", small_experiment("killed"));
+  const pid_t pid = spawn_xrun(f, file);
+  REQUIRE(wait_for_steps(f, 3));
+  kill(pid, SIGKILL);
+  CHECK(wait_exit(pid) == 128 + SIGKILL);
+  CHECK(f.sql("SELECT status FROM runs") == "running");
+
+  auto r = f.xrun(run_args(f, file) + " --set train.epochs=1");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output, Contains("marked interrupted"));
+  CHECK(f.sql("SELECT status FROM runs WHERE id = 1") == "interrupted");
+  CHECK(f.sql("SELECT status FROM runs WHERE id = 2") == "complete");
+}

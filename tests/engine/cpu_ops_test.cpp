@@ -1,0 +1,723 @@
+// tests/engine/cpu_ops_test.cpp: every op family of the CPU (oneDNN) backend,
+// forward and backward, against the naive double-precision reference in
+// reference_ops.cpp, on small random shapes (odd sizes, stride 2, channel
+// counts that are and are not multiples of the 8/16 blocking, N = 1 and 3),
+// with inputs both in plain NCHW (the model input) and in the blocked layout
+// a convolution produces (every other activation of the model). Every output
+// element is compared.
+//
+// Tolerances: an element passes when |got - want| <= atol + rtol * |want|,
+// `want` from the double reference on the same float inputs. The backend
+// computes in fp32, so the error is rounding in fp32 accumulation, whose order
+// differs from the reference's; inputs are O(1) (|x| <= 1 or 2, |w| <= 0.5),
+// so the bounds below are absolute errors for O(1) values:
+//   conv (fwd, bwd-data, bwd-weights)  atol 2e-5, rtol 1e-5: sums of up to
+//       K = 24*3*3 (fwd/bwd-data) or N*OH*OW (bwd-weights, <= 3*9*9) products;
+//       fp32 rounding ~ sqrt(K) * 6e-8 * sum|terms| ~ 1e-6..5e-6 seen.
+//   batch norm y, dx, residual grad    atol 2e-5, rtol 1e-5: batch mean/variance
+//       in fp32 over N*H*W <= 150 values, then 1/sqrt(var + eps) (|xhat| <= ~3).
+//   batch norm dgamma, dbeta           atol 5e-5, rtol 1e-5: sums of N*H*W <= 150
+//       terms of size up to 3.
+//   running stats                      atol 1e-6, rtol 1e-5: one fp32 fma chain.
+//   max pool forward                   exact (atol 0): it selects values.
+//   max pool backward                  atol 2e-7, rtol 2.4e-7: overlapping windows
+//       (kernel 3, stride 2) add up to 4 gradients into one input in fp32.
+//   global avg pool                    atol 1e-6, rtol 1e-6: a mean of <= 81 values.
+//   linear (y, dx, dW, db)             atol 1e-5, rtol 1e-5: sums of <= 24 terms.
+//   loss value                         rtol 1e-9: computed in double by both.
+//   dlogits                            atol 1e-7 * scale, rtol 1e-6: one fp32 rounding.
+//   add_inplace                        rtol 2.4e-7: one fp32 rounding; copy exact.
+//   gradient accumulation              atol = rtol = 2.4e-7: two fp32 roundings of
+//       O(1) values whose sum may cancel.
+//   optimizer parameters and state     atol 1e-6, rtol 1e-5: a few fp32 ops per
+//       step on O(1) values (AdamW's m / (sqrt(v) + eps) is ~1 in size).
+// The worst errors seen (AVX-512 machine, oneDNN 2.6) are at most 0.17 of
+// these bounds, most below 0.07: the margin leaves room for other ISAs'
+// blocking and accumulation orders. Run with XRUN_TEST_ERRORS=1 to print the
+// worst error per family.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/cpu_backend.h"
+#include "op_test_util.h"
+#include "reference_ops.h"
+
+namespace {
+
+using xrun::BnActivation;
+using xrun::ConvShape;
+using xrun::Tensor;
+using xrun::TensorRole;
+using xrun::cpu::CpuBackend;
+using namespace xrun::optest;
+namespace ref = xrun::ref;
+
+constexpr Tol kConvTol{2e-5, 1e-5};
+constexpr Tol kBnTol{2e-5, 1e-5};
+constexpr Tol kBnParamGradTol{5e-5, 1e-5};
+constexpr Tol kRunningTol{1e-6, 1e-5};
+constexpr Tol kExact{0, 0};
+constexpr Tol kMaxPoolBwdTol{2e-7, 2.4e-7};
+constexpr Tol kAvgPoolTol{1e-6, 1e-6};
+constexpr Tol kLinearTol{1e-5, 1e-5};
+constexpr Tol kOneRounding{0, 2.4e-7};
+constexpr Tol kOptimizerTol{1e-6, 1e-5};
+
+// The plain model input (Backend::input) takes at most 16 channels; wider
+// shapes are tested in the blocked layout only.
+constexpr int64_t kMaxInputChannels = 16;
+
+// An activation tensor of canonical dims [n, c, h, w] and its gradient: either
+// the plain model input, or (blocked) the output of a 1x1 convolution in front,
+// which oneDNN keeps in its blocked layout (nChw8c / nChw16c). Values are
+// written straight into it; the convolution in front is never run.
+struct Activation {
+  Tensor* x = nullptr;
+  Tensor* dx = nullptr;
+  std::unique_ptr<xrun::ConvOp> producer;
+};
+Activation make_activation(CpuBackend& be, int64_t n, int64_t c, int64_t h, int64_t w,
+                           bool blocked) {
+  Activation a;
+  if (!blocked) {
+    a.x = be.input(n, c, h, w);
+    a.dx = be.tensor_like(a.x, "dx", TensorRole::activation_grad);
+    return a;
+  }
+  Tensor* in = be.input(n, 3, h, w);
+  ConvShape sh{.n = n, .c = 3, .h = h, .w = w, .k = c, .r = 1, .s = 1, .stride = 1, .pad = 0};
+  a.producer = be.conv("producer", sh, in, nullptr);
+  a.x = a.producer->y;
+  a.dx = a.producer->dy;
+  return a;
+}
+
+std::string layout_of(const Tensor* t) {
+  return xrun::cpu::is_plain(xrun::cpu::as_cpu(t)->md) ? "plain" : "blocked";
+}
+
+// Per-channel offsets and scales, so batch statistics are not all alike.
+std::vector<float> channel_varied(Rng& rng, int64_t n, int64_t c, int64_t hw) {
+  std::vector<float> offset = rng.floats(c, -1.0f, 1.0f), scale = rng.floats(c, 0.3f, 2.0f);
+  std::vector<float> x(static_cast<size_t>(n * c * hw));
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t p = 0; p < hw; ++p)
+        x[(b * c + ch) * hw + p] = offset[ch] + scale[ch] * rng.uniform(-1.0f, 1.0f);
+  return x;
+}
+
+const char* act_name(BnActivation a) {
+  switch (a) {
+    case BnActivation::none: return "none";
+    case BnActivation::relu: return "relu";
+    case BnActivation::add_relu: return "add_relu";
+  }
+  return "?";
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- conv --
+
+TEST_CASE("cpu conv: forward, backward-data, backward-weights match the reference",
+          "[ops][conv]") {
+  const std::vector<ConvShape> shapes = {
+      // the stem: 7x7 / 2, pad 3, 3 input channels, odd sizes
+      {.n = 1, .c = 3, .h = 15, .w = 13, .k = 16, .r = 7, .s = 7, .stride = 2, .pad = 3},
+      // 1x1, channels not multiples of 8, N = 3
+      {.n = 3, .c = 24, .h = 5, .w = 5, .k = 5, .r = 1, .s = 1, .stride = 1, .pad = 0},
+      // 1x1 / 2 (a downsample shortcut), odd input
+      {.n = 2, .c = 5, .h = 7, .w = 7, .k = 24, .r = 1, .s = 1, .stride = 2, .pad = 0},
+      // 3x3 pad 1, 5 -> 3 channels, non-square
+      {.n = 3, .c = 5, .h = 6, .w = 7, .k = 3, .r = 3, .s = 3, .stride = 1, .pad = 1},
+      // 3x3 / 2 pad 1, 16 -> 32 (the blocked fast path), even input
+      {.n = 2, .c = 16, .h = 8, .w = 8, .k = 32, .r = 3, .s = 3, .stride = 2, .pad = 1},
+      // 3x3 / 2 pad 1, 24 -> 24, odd input
+      {.n = 1, .c = 24, .h = 9, .w = 9, .k = 24, .r = 3, .s = 3, .stride = 2, .pad = 1},
+  };
+  Rng rng(1234);
+  for (const ConvShape& sh : shapes) {
+    for (bool blocked : {false, true}) {
+      if (!blocked && sh.c > kMaxInputChannels) continue;
+      CpuBackend be(test_threads(&sh == &shapes.front()));
+      Activation in = make_activation(be, sh.n, sh.c, sh.h, sh.w, blocked);
+      auto conv = be.conv("conv", sh, in.x, in.dx);
+      be.allocate();
+      INFO("conv n" << sh.n << " c" << sh.c << " " << sh.h << "x" << sh.w << " -> k" << sh.k
+                    << " " << sh.r << "x" << sh.s << "/" << sh.stride << " pad " << sh.pad
+                    << ", input " << layout_of(in.x) << ", output " << layout_of(conv->y));
+      REQUIRE(conv->y->dims == std::vector<int64_t>{sh.n, sh.k, sh.out_h(), sh.out_w()});
+
+      const auto x = rng.floats(in.x->numel(), -1, 1);
+      const auto w = rng.floats(conv->weight->numel(), -0.5f, 0.5f);
+      const auto dy = rng.floats(conv->y->numel(), -1, 1);
+      write(be, in.x, x);
+      write(be, conv->weight, w);
+      write(be, conv->dy, dy);
+      // The blocked weight layout round-trips exactly.
+      CHECK(read(be, conv->weight) == w);
+
+      conv->forward();
+      check_close("conv.forward", "y", read(be, conv->y),
+                  ref::conv2d_forward(sh, to_double(x), to_double(w)), kConvTol);
+      conv->backward_data();
+      check_close("conv.backward_data", "dx", read(be, in.dx),
+                  ref::conv2d_backward_data(sh, to_double(dy), to_double(w)), kConvTol);
+      conv->backward_weights();
+      check_close("conv.backward_weights", "dw", read(be, conv->weight_grad),
+                  ref::conv2d_backward_weights(sh, to_double(x), to_double(dy)), kConvTol);
+    }
+  }
+}
+
+// ---------------------------------------------------------- batch norm --
+
+TEST_CASE("cpu batch norm: training/inference forward, backward, running stats",
+          "[ops][batchnorm]") {
+  struct Shape {
+    int64_t n, c, h, w;
+  };
+  const std::vector<Shape> shapes = {{3, 5, 7, 7}, {1, 24, 5, 3}, {2, 3, 4, 4}, {2, 16, 3, 3}};
+  Rng rng(99);
+  for (const Shape& s : shapes) {
+    for (bool blocked : {false, true}) {
+      if (!blocked && s.c > kMaxInputChannels) continue;
+      for (BnActivation act : {BnActivation::none, BnActivation::relu, BnActivation::add_relu}) {
+        CpuBackend be(test_threads(&s == &shapes.front()));
+        Activation in = make_activation(be, s.n, s.c, s.h, s.w, blocked);
+        Tensor* residual = nullptr;
+        Tensor* d_residual = nullptr;
+        if (act == BnActivation::add_relu) {
+          residual = be.tensor_like(in.x, "residual", TensorRole::activation);
+          d_residual = be.tensor_like(in.x, "d_residual", TensorRole::activation_grad);
+        }
+        auto bn = be.batch_norm("bn", in.x, in.dx, act, residual, d_residual);
+        be.allocate();
+        INFO("batch norm n" << s.n << " c" << s.c << " " << s.h << "x" << s.w << ", act "
+                            << act_name(act) << ", layout " << layout_of(in.x));
+
+        const ref::BnShape sh{s.n, s.c, s.h * s.w};
+        const auto x1 = channel_varied(rng, s.n, s.c, s.h * s.w);
+        const auto x2 = channel_varied(rng, s.n, s.c, s.h * s.w);
+        const auto gamma = rng.floats(s.c, -1.5f, 1.5f);
+        const auto beta = rng.floats(s.c, -0.5f, 0.5f);
+        const auto rm0 = rng.floats(s.c, -0.5f, 0.5f);
+        const auto rv0 = rng.floats(s.c, 0.5f, 2.0f);
+        const auto res = rng.floats(in.x->numel(), -1, 1);
+        const auto dy = rng.floats(in.x->numel(), -1, 1);
+        write(be, in.x, x1);
+        write(be, bn->gamma, gamma);
+        write(be, bn->beta, beta);
+        write(be, bn->running_mean, rm0);
+        write(be, bn->running_var, rv0);
+        if (residual) write(be, residual, res);
+        const ref::Vec res_d = to_double(res);
+        const ref::Vec* res_ptr = residual ? &res_d : nullptr;
+        ref::Vec rm = to_double(rm0), rv = to_double(rv0);
+
+        // Training forward 1: batch statistics, one running-stat update.
+        bn->forward_train();
+        const auto f1 = ref::batch_norm_train_forward(sh, to_double(x1), to_double(gamma),
+                                                      to_double(beta), act, res_ptr);
+        ref::batch_norm_update_running(sh, f1, rm, rv);
+        check_close("bn.forward_train", "y (1st batch)", read(be, bn->y), f1.y, kBnTol);
+        check_close("bn.running_stats", "running_mean after 1", read(be, bn->running_mean), rm,
+                    kRunningTol);
+        check_close("bn.running_stats", "running_var after 1", read(be, bn->running_var), rv,
+                    kRunningTol);
+
+        // Backward from the first batch.
+        write(be, bn->dy, dy);
+        bn->backward();
+        const auto g = ref::batch_norm_backward(sh, to_double(x1), to_double(gamma), f1,
+                                                to_double(dy), act);
+        check_close("bn.backward.dx", "dx", read(be, in.dx), g.dx, kBnTol);
+        check_close("bn.backward.dgamma_dbeta", "dgamma", read(be, bn->gamma_grad), g.dgamma,
+                    kBnParamGradTol);
+        check_close("bn.backward.dgamma_dbeta", "dbeta", read(be, bn->beta_grad), g.dbeta,
+                    kBnParamGradTol);
+        if (act == BnActivation::add_relu)
+          check_close("bn.backward.dresidual", "d_residual", read(be, d_residual), g.dresidual,
+                      kBnTol);
+
+        // Training forward 2 on another batch: second running-stat update.
+        write(be, in.x, x2);
+        bn->forward_train();
+        const auto f2 = ref::batch_norm_train_forward(sh, to_double(x2), to_double(gamma),
+                                                      to_double(beta), act, res_ptr);
+        ref::batch_norm_update_running(sh, f2, rm, rv);
+        check_close("bn.forward_train", "y (2nd batch)", read(be, bn->y), f2.y, kBnTol);
+        check_close("bn.running_stats", "running_mean after 2", read(be, bn->running_mean), rm,
+                    kRunningTol);
+        check_close("bn.running_stats", "running_var after 2", read(be, bn->running_var), rv,
+                    kRunningTol);
+
+        // Inference on the first batch with the running statistics; no update.
+        write(be, in.x, x1);
+        bn->forward_infer();
+        check_close("bn.forward_infer", "y (inference)", read(be, bn->y),
+                    ref::batch_norm_infer_forward(sh, to_double(x1), to_double(gamma),
+                                                  to_double(beta), rm, rv, act, res_ptr),
+                    kBnTol);
+        check_close("bn.running_stats", "running_mean after inference",
+                    read(be, bn->running_mean), rm, kRunningTol);
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------- pooling --
+
+TEST_CASE("cpu max pool and global average pool match the reference", "[ops][pool]") {
+  struct Case {
+    int64_t n, c, h, w, kernel, stride, pad;
+    bool all_negative;  // padding must never win, even over negative values
+  };
+  const std::vector<Case> max_cases = {
+      {3, 5, 9, 7, 3, 2, 1, false}, {1, 24, 8, 8, 3, 2, 1, false}, {2, 3, 5, 5, 3, 2, 1, true},
+      {2, 16, 6, 6, 3, 2, 1, true}, {1, 5, 2, 3, 3, 2, 1, true},   {2, 5, 6, 6, 2, 2, 0, false},
+  };
+  Rng rng(7);
+  for (const Case& k : max_cases) {
+    for (bool blocked : {false, true}) {
+      if (!blocked && k.c > kMaxInputChannels) continue;
+      CpuBackend be(test_threads(&k == &max_cases.front()));
+      Activation in = make_activation(be, k.n, k.c, k.h, k.w, blocked);
+      auto pool = be.max_pool("maxpool", in.x, in.dx, k.kernel, k.stride, k.pad);
+      be.allocate();
+      INFO("max pool n" << k.n << " c" << k.c << " " << k.h << "x" << k.w << " kernel "
+                        << k.kernel << "/" << k.stride << " pad " << k.pad << ", layout "
+                        << layout_of(in.x) << (k.all_negative ? ", all negative" : ""));
+      const auto x = k.all_negative ? rng.floats(in.x->numel(), -2.0f, -1.0f)
+                                    : rng.floats(in.x->numel(), -1.0f, 1.0f);
+      const auto f = ref::max_pool_forward(k.n, k.c, k.h, k.w, to_double(x), k.kernel, k.stride,
+                                           k.pad);
+      REQUIRE(pool->y->dims == std::vector<int64_t>{k.n, k.c, f.oh, f.ow});
+      const auto dy = rng.floats(pool->y->numel(), -1, 1);
+      write(be, in.x, x);
+      write(be, pool->dy, dy);
+
+      pool->forward_train();
+      check_close("maxpool.forward", "y (train)", read(be, pool->y), f.y, kExact);
+      pool->backward();
+      check_close("maxpool.backward", "dx", read(be, in.dx),
+                  ref::max_pool_backward(in.x->numel(), f, to_double(dy)), kMaxPoolBwdTol);
+      write(be, pool->y, std::vector<float>(pool->y->numel(), 0.0f));
+      pool->forward_infer();
+      check_close("maxpool.forward", "y (inference)", read(be, pool->y), f.y, kExact);
+    }
+  }
+
+  struct GapCase {
+    int64_t n, c, h, w;
+  };
+  const std::vector<GapCase> gap_cases = {{3, 5, 7, 7}, {1, 24, 4, 3}, {2, 16, 1, 1},
+                                          {2, 3, 9, 9}};
+  for (const GapCase& k : gap_cases) {
+    for (bool blocked : {false, true}) {
+      if (!blocked && k.c > kMaxInputChannels) continue;
+      CpuBackend be(test_threads(&k == &gap_cases.front()));
+      Activation in = make_activation(be, k.n, k.c, k.h, k.w, blocked);
+      auto pool = be.global_avg_pool("avgpool", in.x, in.dx);
+      be.allocate();
+      INFO("global avg pool n" << k.n << " c" << k.c << " " << k.h << "x" << k.w
+                               << ", layout " << layout_of(in.x));
+      REQUIRE(pool->y->dims == std::vector<int64_t>{k.n, k.c});
+      const auto x = rng.floats(in.x->numel(), -1, 1);
+      const auto dy = rng.floats(pool->y->numel(), -1, 1);
+      write(be, in.x, x);
+      write(be, pool->dy, dy);
+      const int64_t hw = k.h * k.w;
+      const auto want = ref::global_avg_pool_forward(k.n, k.c, hw, to_double(x));
+      pool->forward_train();
+      check_close("avgpool.forward", "y (train)", read(be, pool->y), want, kAvgPoolTol);
+      pool->backward();
+      check_close("avgpool.backward", "dx", read(be, in.dx),
+                  ref::global_avg_pool_backward(k.n, k.c, hw, to_double(dy)), kAvgPoolTol);
+      pool->forward_infer();
+      check_close("avgpool.forward", "y (inference)", read(be, pool->y), want, kAvgPoolTol);
+    }
+  }
+}
+
+// -------------------------------------------------------------- linear --
+
+TEST_CASE("cpu linear: forward and backward (dx, dW, db) match the reference",
+          "[ops][linear]") {
+  struct Case {
+    int64_t n, in, out;
+    bool after_pool;  // x is a global-average-pool output (blocked [N, C, 1, 1])
+  };
+  Rng rng(21);
+  const std::vector<Case> cases = {
+      {3, 5, 3, false}, {1, 13, 10, false}, {2, 20, 7, true}, {3, 16, 10, true}};
+  for (const Case& k : cases) {
+    CpuBackend be(test_threads(&k == &cases.front()));
+    Tensor* x = nullptr;
+    Tensor* dx = nullptr;
+    Activation in;
+    std::unique_ptr<xrun::PoolOp> pool;
+    if (k.after_pool) {
+      in = make_activation(be, k.n, k.in, 3, 3, true);
+      pool = be.global_avg_pool("avgpool", in.x, in.dx);
+      x = pool->y;
+      dx = pool->dy;
+    } else {
+      x = be.input(k.n, k.in, 1, 1);
+      dx = be.tensor_like(x, "dx", TensorRole::activation_grad);
+    }
+    auto fc = be.linear("fc", x, dx, k.out);
+    be.allocate();
+    INFO("linear n" << k.n << " " << k.in << " -> " << k.out << ", input " << layout_of(x));
+    REQUIRE(fc->y->dims == std::vector<int64_t>{k.n, k.out});
+    REQUIRE(fc->weight->dims == std::vector<int64_t>{k.out, k.in});
+
+    const auto xv = rng.floats(k.n * k.in, -1, 1);
+    const auto w = rng.floats(k.out * k.in, -0.5f, 0.5f);
+    const auto b = rng.floats(k.out, -0.5f, 0.5f);
+    const auto dy = rng.floats(k.n * k.out, -1, 1);
+    write(be, x, xv);
+    write(be, fc->weight, w);
+    write(be, fc->bias, b);
+    write(be, fc->dy, dy);
+    fc->forward();
+    check_close("linear.forward", "y", read(be, fc->y),
+                ref::linear_forward(k.n, k.in, k.out, to_double(xv), to_double(w), to_double(b)),
+                kLinearTol);
+    fc->backward();
+    const auto g =
+        ref::linear_backward(k.n, k.in, k.out, to_double(xv), to_double(w), to_double(dy));
+    check_close("linear.backward", "dx", read(be, dx), g.dx, kLinearTol);
+    check_close("linear.backward", "dW", read(be, fc->weight_grad), g.dw, kLinearTol);
+    check_close("linear.backward", "db", read(be, fc->bias_grad), g.db, kLinearTol);
+  }
+}
+
+// ---------------------------------------------------------------- loss --
+
+TEST_CASE("cpu softmax cross-entropy: mean over valid rows and its gradient", "[ops][loss]") {
+  const int64_t n = 6, k = 10;
+  CpuBackend be(test_threads(true));
+  Tensor* x = be.input(n, 4, 1, 1);
+  auto fc = be.linear("fc", x, nullptr, k);  // only to get plain [N, K] logits
+  auto loss = be.softmax_cross_entropy(fc->y, fc->dy);
+  be.allocate();
+  Rng rng(5);
+
+  struct Case {
+    int valid;
+    float grad_scale;
+  };
+  for (const Case& c : std::vector<Case>{{6, 1.0f}, {4, 1.0f}, {1, 1024.0f}, {5, 65536.0f}}) {
+    INFO("valid " << c.valid << " of " << n << ", grad_scale " << c.grad_scale);
+    const auto logits = rng.floats(n * k, -4, 4);
+    std::vector<int32_t> labels(n);
+    for (auto& l : labels) l = static_cast<int32_t>(rng.below(k));
+    // Make row 0's label its largest logit so `correct` is not always 0.
+    labels[0] = static_cast<int32_t>(
+        std::max_element(logits.begin(), logits.begin() + k) - logits.begin());
+    write(be, fc->y, logits);
+    be.write_labels(labels);
+    // Garbage in dlogits: padded rows must come back as exact zeros.
+    write(be, fc->dy, std::vector<float>(n * k, 7.0f));
+
+    const auto want = ref::softmax_cross_entropy(n, k, to_double(logits), labels, c.valid,
+                                                 c.grad_scale);
+    loss->forward_backward(c.valid, c.grad_scale);
+    auto r = loss->read_results();
+    CHECK(r.rows == c.valid);
+    CHECK(r.correct == want.correct);
+    CHECK(r.loss_sum == Approx(want.loss_sum).epsilon(1e-9));
+    CHECK(r.loss_sum / r.rows == Approx(want.loss_mean).epsilon(1e-9));
+    const auto dl = read(be, fc->dy);
+    check_close("loss.dlogits", "dlogits", dl, want.dlogits,
+                Tol{1e-7 * c.grad_scale, 1e-6});
+    for (int64_t i = c.valid * k; i < n * k; ++i) REQUIRE(dl[i] == 0.0f);
+
+    loss->forward(c.valid);  // evaluation: same loss and hits
+    r = loss->read_results();
+    CHECK(r.rows == c.valid);
+    CHECK(r.correct == want.correct);
+    CHECK(r.loss_sum == Approx(want.loss_sum).epsilon(1e-9));
+  }
+
+  SECTION("a label outside [0, K) is an error") {
+    std::vector<int32_t> labels(n, 0);
+    labels[2] = static_cast<int32_t>(k);
+    be.write_labels(labels);
+    CHECK_THROWS_AS(loss->forward_backward(n, 1.0f), std::runtime_error);
+    labels[2] = -1;
+    be.write_labels(labels);
+    CHECK_THROWS_AS(loss->forward(n), std::runtime_error);
+  }
+}
+
+TEST_CASE("cpu load_batch normalises images, zeroes padded rows and writes labels",
+          "[ops][loss]") {
+  const int64_t n = 3, c = 3, h = 4, w = 5;
+  CpuBackend be(test_threads(true));
+  Tensor* x = be.input(n, c, h, w);
+  auto pool = be.global_avg_pool("avgpool", x, nullptr);
+  auto fc = be.linear("fc", pool->y, nullptr, 2);
+  auto loss = be.softmax_cross_entropy(fc->y, fc->dy);
+  be.allocate();
+  Rng rng(11);
+  std::vector<uint8_t> images(n * c * h * w);
+  for (auto& p : images) p = static_cast<uint8_t>(rng.below(256));
+  const std::vector<int32_t> labels = {1, 0, 1};
+  const std::vector<float> mean = {0.49f, 0.48f, 0.45f}, std = {0.25f, 0.24f, 0.26f};
+  const int count = 2;
+  be.load_batch(images.data(), labels.data(), count, mean, std);
+  ref::Vec want(n * c * h * w, 0.0);
+  for (int64_t i = 0; i < count * c * h * w; ++i) {
+    const int64_t ch = (i / (h * w)) % c;
+    want[i] = (images[i] / 255.0 - mean[ch]) / std[ch];
+  }
+  check_close("load_batch", "normalised input", read(be, x), want, Tol{1e-6, 1e-6});
+  const int32_t* got = static_cast<const int32_t*>(loss->labels->data);
+  CHECK(got[0] == 1);
+  CHECK(got[1] == 0);
+  CHECK(got[2] == 0);  // beyond count
+}
+
+// ----------------------------------------------------------- pointwise --
+
+TEST_CASE("cpu pointwise add_inplace and copy, plain and blocked", "[ops][pointwise]") {
+  Rng rng(3);
+  for (bool blocked : {false, true}) {
+    CpuBackend be(test_threads(!blocked));
+    Activation in = make_activation(be, 3, 5, 5, 7, blocked);
+    Tensor* other = be.tensor_like(in.x, "other", TensorRole::activation);
+    Tensor* third = be.tensor_like(in.x, "third", TensorRole::activation);
+    be.allocate();
+    INFO("layout " << layout_of(in.x));
+    const auto a = rng.floats(in.x->numel(), -1, 1), b = rng.floats(in.x->numel(), -1, 1);
+    write(be, in.x, a);
+    write(be, other, b);
+    be.pointwise().add_inplace(in.x, other);
+    ref::Vec sum(a.size());
+    for (size_t i = 0; i < a.size(); ++i) sum[i] = static_cast<double>(a[i]) + b[i];
+    check_close("pointwise", "a += b", read(be, in.x), sum, kOneRounding);
+    check_close("pointwise", "b unchanged", read(be, other), to_double(b), kExact);
+    be.pointwise().copy(third, other);
+    check_close("pointwise", "copy", read(be, third), to_double(b), kExact);
+  }
+  SECTION("tensors of different layouts are refused") {
+    CpuBackend be(test_threads(false));
+    Tensor* plain = be.input(2, 5, 4, 4);
+    ConvShape sh{.n = 2, .c = 5, .h = 4, .w = 4, .k = 5, .r = 1, .s = 1, .stride = 1, .pad = 0};
+    auto conv = be.conv("conv", sh, plain, nullptr);
+    be.allocate();
+    REQUIRE(layout_of(conv->y) != layout_of(plain));
+    CHECK_THROWS_AS(be.pointwise().add_inplace(conv->y, plain), std::logic_error);
+    CHECK_THROWS_AS(be.pointwise().copy(plain, conv->y), std::logic_error);
+  }
+}
+
+// ----------------------------------------------------------- optimizer --
+
+namespace {
+
+// A few parameters of different kinds and layouts: a 3x3 conv weight (in
+// oneDNN's blocked layout, output channels padded to the block), BN
+// gamma/beta, fc weight and bias. The ops are never run; parameters and
+// gradients are written directly.
+struct ParamModel {
+  CpuBackend be;
+  Activation in;
+  std::unique_ptr<xrun::ConvOp> conv;
+  std::unique_ptr<xrun::BatchNormOp> bn;
+  std::unique_ptr<xrun::PoolOp> pool;
+  std::unique_ptr<xrun::LinearOp> fc;
+  std::vector<std::pair<Tensor*, Tensor*>> params;  // parameter, gradient
+
+  explicit ParamModel(int threads) : be(threads) {
+    in = make_activation(be, 2, 3, 5, 5, false);
+    ConvShape sh{.n = 2, .c = 3, .h = 5, .w = 5, .k = 5, .r = 3, .s = 3, .stride = 1, .pad = 1};
+    conv = be.conv("conv", sh, in.x, in.dx);
+    bn = be.batch_norm("bn", conv->y, conv->dy, BnActivation::relu, nullptr, nullptr);
+    pool = be.global_avg_pool("avgpool", bn->y, bn->dy);
+    fc = be.linear("fc", pool->y, pool->dy, 4);
+    params = {{conv->weight, conv->weight_grad},
+              {bn->gamma, bn->gamma_grad},
+              {bn->beta, bn->beta_grad},
+              {fc->weight, fc->weight_grad},
+              {fc->bias, fc->bias_grad}};
+  }
+};
+
+using Values = std::vector<std::vector<float>>;  // one vector per parameter
+
+Values random_values(Rng& rng, const ParamModel& m, float lo, float hi) {
+  Values v;
+  for (auto& [p, g] : m.params) v.push_back(rng.floats(p->numel(), lo, hi));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("cpu optimizer: AdamW steps, state read/write round trip", "[ops][optimizer]") {
+  ParamModel m(test_threads(true));
+  xrun::OptimizerSettings s;
+  s.name = "adamw";
+  s.weight_decay = 0.1;
+  auto opt = m.be.optimizer(s, false);
+  m.be.allocate();
+  REQUIRE(opt->state_names() == std::vector<std::string>{"exp_avg", "exp_avg_sq"});
+  Rng rng(17);
+  const ref::AdamW o{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1};
+  const size_t np = m.params.size();
+
+  Values p0 = random_values(rng, m, -1, 1);
+  std::vector<ref::Vec> p(np), mom(np), sq(np);
+  for (size_t i = 0; i < np; ++i) {
+    write(m.be, m.params[i].first, p0[i]);
+    p[i] = to_double(p0[i]);
+    mom[i].assign(p[i].size(), 0.0);
+    sq[i].assign(p[i].size(), 0.0);
+  }
+  for (int64_t step = 1; step <= 4; ++step) {
+    // Step 3 runs with loss scaling: gradients arrive multiplied by 256.
+    const float scale = step == 3 ? 256.0f : 1.0f;
+    Values g = random_values(rng, m, -1, 1);
+    for (size_t i = 0; i < np; ++i) {
+      std::vector<float> scaled = g[i];
+      for (auto& v : scaled) v *= scale;
+      write(m.be, m.params[i].second, scaled);
+    }
+    if (step == 4) {
+      // Resume: state written through write_state must be read back as is and
+      // be what the next step uses.
+      for (size_t i = 0; i < np; ++i) {
+        const auto m_new = rng.floats(p[i].size(), -0.1f, 0.1f);
+        const auto v_new = rng.floats(p[i].size(), 0.0f, 0.01f);
+        opt->write_state(0, m.params[i].first, m_new);
+        opt->write_state(1, m.params[i].first, v_new);
+        std::vector<float> back(p[i].size());
+        opt->read_state(0, m.params[i].first, back);
+        CHECK(back == m_new);
+        opt->read_state(1, m.params[i].first, back);
+        CHECK(back == v_new);
+        mom[i] = to_double(m_new);
+        sq[i] = to_double(v_new);
+      }
+    }
+    opt->step({.lr = o.lr, .step = step, .grad_scale = scale});
+    for (size_t i = 0; i < np; ++i) {
+      ref::adamw_step(o, step, p[i], to_double(g[i]), mom[i], sq[i]);
+      INFO("step " << step << ", " << m.params[i].first->name);
+      check_close("optimizer.adamw", "parameter", read(m.be, m.params[i].first), p[i],
+                  kOptimizerTol);
+      std::vector<float> st(p[i].size());
+      opt->read_state(0, m.params[i].first, st);
+      check_close("optimizer.adamw", "exp_avg", st, mom[i], kOptimizerTol);
+      opt->read_state(1, m.params[i].first, st);
+      check_close("optimizer.adamw", "exp_avg_sq", st, sq[i], kOptimizerTol);
+    }
+  }
+}
+
+TEST_CASE("cpu optimizer: SGD plain, momentum, nesterov; state round trip",
+          "[ops][optimizer]") {
+  struct Case {
+    double momentum, weight_decay;
+    bool nesterov;
+  };
+  Rng rng(23);
+  const std::vector<Case> cases = {
+      {0.0, 0.01, false}, {0.9, 5e-4, false}, {0.9, 1e-3, true}, {0.5, 0.0, true}};
+  for (const Case& c : cases) {
+    INFO("sgd momentum " << c.momentum << " wd " << c.weight_decay << " nesterov "
+                         << c.nesterov);
+    ParamModel m(test_threads(&c == &cases.front()));
+    xrun::OptimizerSettings s;
+    s.name = "sgd";
+    s.momentum = c.momentum;
+    s.weight_decay = c.weight_decay;
+    s.nesterov = c.nesterov;
+    auto opt = m.be.optimizer(s, false);
+    m.be.allocate();
+    const bool has_buffer = c.momentum != 0;
+    CHECK(opt->state_names() ==
+          (has_buffer ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{}));
+    const ref::Sgd o{.lr = 0.05, .momentum = c.momentum, .weight_decay = c.weight_decay,
+                     .nesterov = c.nesterov};
+    const size_t np = m.params.size();
+    Values p0 = random_values(rng, m, -1, 1);
+    std::vector<ref::Vec> p(np), buf(np);
+    for (size_t i = 0; i < np; ++i) {
+      write(m.be, m.params[i].first, p0[i]);
+      p[i] = to_double(p0[i]);
+      buf[i].assign(p[i].size(), 0.0);
+    }
+    for (int64_t step = 1; step <= 4; ++step) {
+      const float scale = step == 2 ? 128.0f : 1.0f;
+      Values g = random_values(rng, m, -1, 1);
+      for (size_t i = 0; i < np; ++i) {
+        std::vector<float> scaled = g[i];
+        for (auto& v : scaled) v *= scale;
+        write(m.be, m.params[i].second, scaled);
+      }
+      if (step == 4 && has_buffer) {
+        for (size_t i = 0; i < np; ++i) {
+          const auto b_new = rng.floats(p[i].size(), -0.5f, 0.5f);
+          opt->write_state(0, m.params[i].first, b_new);
+          std::vector<float> back(p[i].size());
+          opt->read_state(0, m.params[i].first, back);
+          CHECK(back == b_new);
+          buf[i] = to_double(b_new);
+        }
+      }
+      opt->step({.lr = o.lr, .step = step, .grad_scale = scale});
+      for (size_t i = 0; i < np; ++i) {
+        ref::sgd_step(o, step == 1, p[i], to_double(g[i]), buf[i]);
+        INFO("step " << step << ", " << m.params[i].first->name);
+        check_close("optimizer.sgd", "parameter", read(m.be, m.params[i].first), p[i],
+                    kOptimizerTol);
+        if (has_buffer) {
+          std::vector<float> st(p[i].size());
+          opt->read_state(0, m.params[i].first, st);
+          check_close("optimizer.sgd", "momentum_buffer", st, buf[i], kOptimizerTol);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cpu optimizer: gradient accumulation sums, zero_grad clears", "[ops][optimizer]") {
+  ParamModel m(test_threads(true));
+  auto opt = m.be.optimizer(xrun::OptimizerSettings{}, true);
+  auto no_acc = m.be.optimizer(xrun::OptimizerSettings{}, false);
+  m.be.allocate();
+  Rng rng(31);
+  const size_t np = m.params.size();
+  std::vector<ref::Vec> sum(np);
+  for (int micro = 0; micro < 3; ++micro) {
+    Values g = random_values(rng, m, -1, 1);
+    for (size_t i = 0; i < np; ++i) {
+      write(m.be, m.params[i].second, g[i]);
+      if (micro == 0) sum[i].assign(g[i].size(), 0.0);
+      for (size_t j = 0; j < g[i].size(); ++j) sum[i][j] += g[i][j];
+    }
+    micro == 0 ? opt->accumulate_begin() : opt->accumulate_add();
+  }
+  write(m.be, m.params[0].second, std::vector<float>(m.params[0].second->numel(), 5.0f));
+  opt->accumulate_end();
+  for (size_t i = 0; i < np; ++i) {
+    INFO(m.params[i].second->name);
+    // Two fp32 additions of O(1) values.
+    check_close("optimizer.accumulate", "accumulated gradient", read(m.be, m.params[i].second),
+                sum[i], Tol{2.4e-7, 2.4e-7});
+  }
+  opt->zero_grad();
+  for (size_t i = 0; i < np; ++i)
+    CHECK(read(m.be, m.params[i].second) == std::vector<float>(m.params[i].second->numel(), 0));
+  CHECK_THROWS_AS(no_acc->accumulate_begin(), std::logic_error);
+}
