@@ -1,0 +1,204 @@
+// tests/engine/checkpoint_test.cpp: checkpoints through the real trainer:
+// the weights file has torchvision's state_dict (names, shapes, dtypes from
+// the torchvision fixture) and is read by PyPI's safetensors (the reference
+// reader) with the values xrun holds; an interrupted run resumed from its
+// checkpoint ends bit-identical to an uninterrupted one; loading weights that
+// do not fit names every missing, unexpected and mis-shaped tensor.
+#include <catch2/catch.hpp>
+#include <map>
+#include <set>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/trainer.h"
+#include "test_util.h"
+#include "torch_fixtures.h"
+
+using namespace xrun;
+using Catch::Matchers::Contains;
+
+namespace {
+
+RunConfig small_run(const std::string& checkpoint, int64_t steps) {
+  RunConfig c;
+  c.name = "ckpt";
+  c.model.arch = "resnet18";
+  c.model.num_classes = 10;
+  c.data.source = "synthetic";
+  c.data.image_size = 16;
+  c.data.samples = 96;  // 6 steps per epoch at batch 16: resuming crosses epochs
+  c.data.test_samples = 32;
+  c.data.mean = {0.5f, 0.5f, 0.5f};
+  c.data.std = {0.25f, 0.25f, 0.25f};
+  c.data.random_crop = c.data.hflip = true;
+  c.data.workers = 2;
+  c.train.batch_size = 16;
+  c.train.steps = steps;
+  c.train.threads = 2;
+  c.train.checkpoint = checkpoint;
+  c.train.schedule.name = "cosine";
+  c.train.schedule.warmup_steps = 2;
+  c.measure.warmup_steps = 1;
+  return c;
+}
+
+// Every tensor of a safetensors file as raw bytes, by name.
+std::map<std::string, std::string> tensors_of(const std::string& path) {
+  std::map<std::string, std::string> out;
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  for (const auto& e : f.entries())
+    out[e.name] = std::string(reinterpret_cast<const char*>(e.data), e.bytes);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: torchvision's state_dict, read back by PyPI's safetensors", "[checkpoint]") {
+  xrun_test::ScratchDir dir;
+  const std::string path = dir.file("r18.safetensors");
+  train(small_run(path, 3), {});
+  REQUIRE(std::filesystem::exists(path));
+  REQUIRE(std::filesystem::exists(optimizer_state_path(path)));
+
+  // Names, shapes and dtypes: exactly torchvision's resnet18(num_classes=10).
+  const auto fixture = testing::load_fixture("torchvision_state_dicts.json");
+  const auto& expected = fixture.at("models").at("resnet18_10").at("state_dict");
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  REQUIRE(file.entries().size() == expected.size());
+  for (const auto& e : expected) {
+    const std::string name = e[0];
+    INFO(name);
+    REQUIRE(file.contains(name));
+    CHECK(file.get(name).shape == e[1].get<std::vector<int64_t>>());
+    CHECK(file.get(name).dtype == (e[2] == "int64" ? "I64" : "F32"));
+  }
+  CHECK(file.get("bn1.num_batches_tracked").to_vector<int64_t>() == std::vector<int64_t>{3});
+  CHECK(file.metadata().at("xrun.step") == "3");
+
+  // The reference reader sees the same names, shapes and values: python
+  // prints name, dtype, shape and float64 sum per tensor; compare with ours.
+  const std::string script = R"(
+import sys
+from safetensors.numpy import load_file
+for name, a in sorted(load_file(sys.argv[1]).items()):
+    print(name, a.dtype, "x".join(map(str, a.shape)) or "scalar", repr(float(a.astype("float64").sum())))
+)";
+  xrun_test::write_bytes(dir.file("read.py"), script);
+  const auto r = xrun_test::run_command(xrun_test::python() + " " + dir.file("read.py") + " " + path);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  std::istringstream lines(r.output);
+  std::string name, dtype, shape;
+  double sum = 0;
+  size_t count = 0;
+  while (lines >> name >> dtype >> shape >> sum) {
+    INFO(name);
+    REQUIRE(file.contains(name));
+    const auto& entry = file.get(name);
+    CHECK(dtype == (entry.dtype == "I64" ? "int64" : "float32"));
+    double ours = 0;
+    if (entry.dtype == "I64") {
+      for (int64_t v : entry.to_vector<int64_t>()) ours += static_cast<double>(v);
+    } else {
+      for (float v : entry.to_vector<float>()) ours += v;
+    }
+    CHECK(sum == Approx(ours).epsilon(1e-9).margin(1e-9));
+    ++count;
+  }
+  CHECK(count == expected.size());
+}
+
+TEST_CASE("checkpoint: an interrupted run resumed from its checkpoint ends bit-identical", "[checkpoint]") {
+  xrun_test::ScratchDir dir;
+  const std::string whole = dir.file("whole.safetensors"), parts = dir.file("parts.safetensors");
+  train(small_run(whole, 10), {});
+
+  // Ctrl-C after step 4: the trainer saves the checkpoint and stops.
+  int steps_seen = 0;
+  TrainEvents stop_after_4;
+  stop_after_4.step = [&](const StepRecord&) { ++steps_seen; };
+  stop_after_4.stop_requested = [&] { return steps_seen >= 4; };
+  REQUIRE_THROWS_AS(train(small_run(parts, 10), stop_after_4), TrainInterrupted);
+  CHECK(SafetensorsFile::open(parts).metadata().at("xrun.step") == "4");
+
+  RunConfig resumed = small_run(parts, 10);
+  resumed.train.resume = true;
+  std::vector<int64_t> resumed_steps;
+  TrainEvents ev;
+  ev.step = [&](const StepRecord& s) { resumed_steps.push_back(s.step); };
+  train(resumed, ev);
+  REQUIRE(resumed_steps.size() == 6);
+  CHECK(resumed_steps.front() == 4);
+
+  const auto a = tensors_of(whole), b = tensors_of(parts);
+  REQUIRE(a.size() == b.size());
+  for (const auto& [n, bytes] : a) {
+    INFO(n);
+    CHECK(b.at(n) == bytes);
+  }
+  const auto oa = tensors_of(optimizer_state_path(whole)), ob = tensors_of(optimizer_state_path(parts));
+  REQUIRE(oa.size() == ob.size());
+  for (const auto& [n, bytes] : oa) {
+    INFO(n);
+    CHECK(ob.at(n) == bytes);
+  }
+}
+
+TEST_CASE("checkpoint: weights that do not fit are refused, naming every problem", "[checkpoint]") {
+  xrun_test::ScratchDir dir;
+  cpu::CpuBackend be(1);
+  ModelSpec spec;
+  spec.arch = "resnet18";
+  spec.batch = 2;
+  spec.image_size = 16;
+  ResNet model(be, spec);
+  be.allocate();
+  model.init_parameters(1);
+
+  // A state_dict with one tensor missing, one extra and one of the wrong shape.
+  std::vector<std::vector<float>> keep;
+  keep.reserve(model.state().size() + 1);
+  std::vector<TensorView> views;
+  const int64_t counter = 0;
+  for (const StateEntry& e : model.state()) {
+    if (e.name == "layer2.0.conv1.weight") continue;  // missing
+    if (e.kind == StateEntry::Kind::counter) {
+      views.push_back({e.name, "I64", {}, &counter, sizeof counter});
+      continue;
+    }
+    std::vector<int64_t> dims = e.dims;
+    if (e.name == "fc.weight") dims = {1000, 512};  // mis-shaped
+    keep.emplace_back(std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<>()));
+    views.push_back({e.name, "F32", dims, keep.back().data(), keep.back().size() * 4});
+  }
+  keep.emplace_back(4);
+  views.push_back({"head.weight", "F32", {4}, keep.back().data(), 16});  // unexpected
+  write_safetensors(dir.file("bad.safetensors"), views);
+
+  REQUIRE_THROWS_WITH(load_weights(dir.file("bad.safetensors"), model, be),
+                      Contains("missing tensors (1): layer2.0.conv1.weight") &&
+                          Contains("unexpected tensors (1): head.weight") &&
+                          Contains("fc.weight has shape [1000, 512], expected [10, 512]") &&
+                          Contains("bad.safetensors"));
+}
+
+TEST_CASE("checkpoint: model.weights starts training from a file", "[checkpoint]") {
+  xrun_test::ScratchDir dir;
+  const std::string first = dir.file("first.safetensors");
+  train(small_run(first, 2), {});
+  RunConfig next = small_run(dir.file("second.safetensors"), 1);
+  next.model.weights = first;
+  next.train.optimizer.lr = 1e-30;  // one step that changes (almost) nothing
+  next.train.optimizer.weight_decay = 0;
+  std::vector<std::string> messages;
+  TrainEvents ev;
+  ev.message = [&](const std::string& m) { messages.push_back(m); };
+  train(next, ev);
+  REQUIRE_FALSE(messages.empty());
+  CHECK_THAT(messages.front(), Contains("loaded weights from"));
+  // Convolution weights carried over unchanged (lr 1e-30); BN statistics moved
+  // by one more batch.
+  const auto a = tensors_of(first), b = tensors_of(dir.file("second.safetensors"));
+  CHECK(a.at("layer3.1.conv2.weight") == b.at("layer3.1.conv2.weight"));
+  CHECK(a.at("bn1.running_mean") != b.at("bn1.running_mean"));
+}
