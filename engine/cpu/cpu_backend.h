@@ -17,6 +17,15 @@
 
 #include "engine/backend.h"
 
+// Elementwise loops (optimizer, residual sums, normalisation) are compiled
+// for AVX-512, AVX2 and baseline x86-64 and picked at load time, so one
+// binary runs anywhere and still uses the machine's vector width.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define XRUN_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define XRUN_VECTOR_CLONES
+#endif
+
 namespace xrun::cpu {
 
 using dnnl::memory;
@@ -143,6 +152,9 @@ memory::desc plain_md(const memory::dims& dims, memory::data_type dt = memory::d
 memory::desc any_md(const memory::dims& dims);
 // Does `md` keep elements in canonical (row-major, unpadded) order?
 bool is_plain(const memory::desc& md);
+
+// dst[i] += src[i] (pointwise.cpp), vectorised for the machine.
+void add_floats(float* dst, const float* src, int64_t n);
 
 // Op factories, one per file.
 std::unique_ptr<ConvOp> make_conv(CpuBackend& be, const std::string& name, const ConvShape& shape,

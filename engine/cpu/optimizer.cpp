@@ -12,6 +12,40 @@ namespace xrun::cpu {
 
 namespace {
 
+struct AdamWStep {
+  float inv_scale, decay, b1, b2, eps, step_size, bc2_sqrt;
+};
+
+XRUN_VECTOR_CLONES
+void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, AdamWStep a) {
+#pragma omp parallel for simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float grad = g[i] * a.inv_scale;
+    p[i] *= a.decay;
+    m[i] += (grad - m[i]) * (1.0f - a.b1);
+    v[i] = v[i] * a.b2 + (1.0f - a.b2) * grad * grad;
+    const float denom = std::sqrt(v[i]) / a.bc2_sqrt + a.eps;
+    p[i] -= a.step_size * m[i] / denom;
+  }
+}
+
+// buf == nullptr: no momentum. first: the momentum buffer starts as d.
+XRUN_VECTOR_CLONES
+void sgd_kernel(float* p, const float* g, float* buf, int64_t n, float inv_scale, float lr,
+                float wd, float mom, bool nesterov, bool first) {
+  if (!buf) {
+#pragma omp parallel for simd
+    for (int64_t i = 0; i < n; ++i) p[i] -= lr * (g[i] * inv_scale + wd * p[i]);
+    return;
+  }
+#pragma omp parallel for simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = g[i] * inv_scale + wd * p[i];
+    buf[i] = first ? d : buf[i] * mom + d;
+    p[i] -= lr * (nesterov ? d + mom * buf[i] : buf[i]);
+  }
+}
+
 class CpuOptimizer final : public OptimizerOp {
  public:
   CpuOptimizer(CpuBackend& be, const OptimizerSettings& s, bool accumulation)
@@ -34,41 +68,20 @@ class CpuOptimizer final : public OptimizerOp {
     const float lr = static_cast<float>(st.lr);
     const float wd = static_cast<float>(s_.weight_decay);
     if (s_.name == "adamw") {
-      float* m = state(0);
-      float* v = state(1);
-      const float b1 = static_cast<float>(s_.beta1), b2 = static_cast<float>(s_.beta2);
-      const float eps = static_cast<float>(s_.eps);
-      const double bc1 = 1.0 - std::pow(s_.beta1, static_cast<double>(st.step));
-      const double bc2 = 1.0 - std::pow(s_.beta2, static_cast<double>(st.step));
-      const float step_size = static_cast<float>(st.lr / bc1);
-      const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-      const float decay = 1.0f - lr * wd;
-#pragma omp parallel for simd
-      for (int64_t i = 0; i < n; ++i) {
-        const float grad = g[i] * inv_scale;
-        p[i] *= decay;
-        m[i] += (grad - m[i]) * (1.0f - b1);
-        v[i] = v[i] * b2 + (1.0f - b2) * grad * grad;
-        const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-        p[i] -= step_size * m[i] / denom;
-      }
+      AdamWStep a;
+      a.inv_scale = inv_scale;
+      a.decay = 1.0f - lr * wd;
+      a.b1 = static_cast<float>(s_.beta1);
+      a.b2 = static_cast<float>(s_.beta2);
+      a.eps = static_cast<float>(s_.eps);
+      a.step_size = static_cast<float>(st.lr / (1.0 - std::pow(s_.beta1, double(st.step))));
+      a.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(s_.beta2, double(st.step))));
+      adamw_kernel(p, g, state(0), state(1), n, a);
     } else {
       const float mom = static_cast<float>(s_.momentum);
-      const bool nesterov = s_.nesterov;
-      if (mom == 0.0f) {
-#pragma omp parallel for simd
-        for (int64_t i = 0; i < n; ++i) p[i] -= lr * (g[i] * inv_scale + wd * p[i]);
-      } else {
-        float* buf = state(0);
-        const bool first = st.step <= 1 && !momentum_started_;
-#pragma omp parallel for simd
-        for (int64_t i = 0; i < n; ++i) {
-          const float d = g[i] * inv_scale + wd * p[i];
-          buf[i] = first ? d : buf[i] * mom + d;
-          p[i] -= lr * (nesterov ? d + mom * buf[i] : buf[i]);
-        }
-        momentum_started_ = true;
-      }
+      sgd_kernel(p, g, mom != 0.0f ? state(0) : nullptr, n, inv_scale, lr, wd, mom,
+                 s_.nesterov, !momentum_started_);
+      momentum_started_ = momentum_started_ || mom != 0.0f;
     }
   }
 
@@ -82,11 +95,7 @@ class CpuOptimizer final : public OptimizerOp {
   }
   void accumulate_add() override {
     need_accumulation();
-    float* a = acc();
-    const float* g = be_.region(TensorRole::gradient);
-    const int64_t n = count();
-#pragma omp parallel for simd
-    for (int64_t i = 0; i < n; ++i) a[i] += g[i];
+    add_floats(acc(), be_.region(TensorRole::gradient), count());
   }
   void accumulate_end() override {
     need_accumulation();

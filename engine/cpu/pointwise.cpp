@@ -8,17 +8,20 @@
 
 namespace xrun::cpu {
 
+XRUN_VECTOR_CLONES
+void add_floats(float* dst, const float* src, int64_t n) {
+#pragma omp parallel for simd
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
 namespace {
 
 class CpuPointwise final : public PointwiseOps {
  public:
   void add_inplace(Tensor* dst, const Tensor* src) override {
     check(dst, src);
-    float* d = static_cast<float*>(dst->data);
-    const float* s = static_cast<const float*>(src->data);
-    const int64_t n = static_cast<int64_t>(dst->bytes / sizeof(float));
-#pragma omp parallel for simd
-    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+    add_floats(static_cast<float*>(dst->data), static_cast<const float*>(src->data),
+               static_cast<int64_t>(dst->bytes / sizeof(float)));
   }
   void copy(Tensor* dst, const Tensor* src) override {
     check(dst, src);
