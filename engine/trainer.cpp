@@ -18,6 +18,7 @@
 #include "engine/model/resnet.h"
 #include "engine/schedule.h"
 #include "engine/step_stats.h"
+#include "profiler/layer_timer.h"
 #include "profiler/phase_timer.h"
 
 namespace xrun {
@@ -60,6 +61,7 @@ struct Run {
   std::unique_ptr<OptimizerOp> optimizer;
   std::unique_ptr<data::Loader> train_loader, test_loader;
   profiler::PhaseTimer phases;
+  profiler::LayerTimer layers;
   int batch = 0;
   int64_t steps_per_epoch = 0, total_steps = 0;
   int epochs = 0;
@@ -90,6 +92,9 @@ struct Run {
     spec.channels = cfg.data.channels;
     spec.image_size = cfg.data.image_size;
     model = std::make_unique<ResNet>(*backend, spec);
+    if (cfg.profile.layers)
+      model->set_layer_hooks({[this](const std::string& name) { layers.begin(name); },
+                              [this] { layers.end(); }});
     loss = backend->softmax_cross_entropy(model->logits(), model->dlogits());
     OptimizerSettings os;
     os.name = cfg.train.optimizer.name;
@@ -155,6 +160,7 @@ struct Run {
   // Loss and top-1 accuracy on the test split, BN in inference mode.
   std::pair<double, double> evaluate() {
     const auto t0 = Clock::now();
+    layers.set_enabled(false);
     double loss_sum = 0;
     int64_t correct = 0, rows = 0;
     test_loader->start_epoch(0);
@@ -232,6 +238,7 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev) {
     rec.kind = run.kind_of(step);
     rec.lr = learning_rate(cfg.train.schedule, cfg.train.optimizer.lr, step, run.total_steps);
     run.phases.set_enabled(rec.kind == StepKind::measured);
+    run.layers.set_enabled(cfg.profile.layers && rec.kind == StepKind::measured);
     const auto t0 = Clock::now();
     double step_loss = 0;
     for (int micro = 0; micro < accumulate; ++micro) {
@@ -251,11 +258,13 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev) {
       run.train_loader->release(b);
       {
         ScopedPhase p(run.phases, Phase::forward);
+        run.layers.set_phase("forward");
         run.model->forward(true);
       }
       {
         ScopedPhase p(run.phases, Phase::backward);
         run.loss->forward_backward(count, micro_scale);
+        run.layers.set_phase("backward");
         run.model->backward();
         if (accumulate > 1)
           micro == 0 ? run.optimizer->accumulate_begin() : run.optimizer->accumulate_add();
@@ -338,6 +347,7 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev) {
   result.summary.test_accuracy = last_test_acc;
   result.summary.batch_size = run.batch;
   result.phases = run.phases.records();
+  result.layers = run.layers.records();
   return result;
 }
 

@@ -62,6 +62,7 @@ struct TrainEvents {
 struct TrainResult {
   RunSummary summary;
   std::vector<PhaseRecord> phases;
+  std::vector<KernelRecord> layers;  // profile.layers: per layer and pass, largest first
   Environment environment;
 };
 

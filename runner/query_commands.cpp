@@ -217,6 +217,20 @@ int show_command(const ShowArgs& args) {
         o << line;
       }
     }
+    if (!d.kernels.empty()) {
+      double total = 0;
+      for (const auto& k : d.kernels) total += k.total_ms;
+      o << "\ntop layers and kernels (time over the measured steps)\n";
+      for (size_t i = 0; i < d.kernels.size() && i < 15; ++i) {
+        const auto& k = d.kernels[i];
+        char line[256];
+        std::snprintf(line, sizeof line, "  %-28s %-9s %6lld calls %10.1f ms %6.1f%%\n",
+                      k.name.substr(0, 28).c_str(), k.phase.c_str(),
+                      static_cast<long long>(k.calls), k.total_ms,
+                      total > 0 ? 100.0 * k.total_ms / total : 0.0);
+        o << line;
+      }
+    }
     o << "\nenvironment\n";
     for (const auto& [k, v] : d.environment.fields) o << "  " << k << " = " << v << "\n";
     o << "\nconfig (resolved)\n";
