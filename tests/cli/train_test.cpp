@@ -62,7 +62,8 @@ int wait_exit(pid_t pid) {
 
 TEST_CASE("xrun run trains a learnable experiment: complete, loss falls, accuracy beats chance", "[cli][train]") {
   CliFixture f;
-  const std::string file = f.write_experiment("learn.toml", small_experiment("learn"));
+  const std::string file =
+      f.write_experiment("learn.toml", small_experiment("learn", "[profile]\nlayers = true\n"));
   auto r = f.xrun(run_args(f, file));
   INFO(r.output);
   REQUIRE(r.status == 0);
@@ -81,6 +82,9 @@ TEST_CASE("xrun run trains a learnable experiment: complete, loss falls, accurac
   CHECK(f.sql("SELECT value FROM run_params WHERE key = 'model.arch'") == "resnet18");
   CHECK(f.sql("SELECT device_name FROM runs") != "");
   CHECK(std::stoi(f.sql("SELECT count(*) FROM phases")) >= 5);
+  // profile.layers: every layer timed in both passes over the measured steps.
+  CHECK(f.sql("SELECT calls FROM kernels WHERE name = 'layer1.0.conv1' AND phase = 'forward'") == "117");
+  CHECK(f.sql("SELECT count(*) FROM kernels WHERE name = 'fc' AND phase = 'backward'") == "1");
 
   // runs and show read it back (one run so far).
   auto table = f.xrun("runs --db " + shell_quote(f.db()));

@@ -31,7 +31,7 @@ TEST_CASE("every experiments/*.toml loads on a GPU machine", "[config][files]") 
   CHECK(files == 5);
 }
 
-TEST_CASE("quickstart: Fashion-MNIST, auto device, about 300 steps", "[config][files]") {
+TEST_CASE("quickstart: Fashion-MNIST, auto device, 600 steps", "[config][files]") {
   Plan cpu = load_plan(source_path("experiments/quickstart.toml"), cpu_options());
   Plan gpu = load_plan(source_path("experiments/quickstart.toml"), gpu_options());
   REQUIRE(cpu.runs.size() == 1);
@@ -44,7 +44,7 @@ TEST_CASE("quickstart: Fashion-MNIST, auto device, about 300 steps", "[config][f
   CHECK(c["data"]["image_size"] == 32);
   CHECK(c["model"]["num_classes"] == 10);
   CHECK(c["train"]["batch_size"] == 32);
-  CHECK(c["data"]["limit"].get<int>() / c["train"]["batch_size"].get<int>() == 300);
+  CHECK(c["data"]["limit"].get<int>() / c["train"]["batch_size"].get<int>() == 600);
   CHECK(c["train"]["epochs"] == 1);
   CHECK(c["train"]["eval"] == true);
   CHECK(c["train"]["precision"] == "fp32");
