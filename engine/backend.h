@@ -181,8 +181,14 @@ class Backend {
                                                  bool accumulation) = 0;
 
   // Makes one allocation per memory region and binds every declared tensor.
+  // Throws std::runtime_error, before allocating anything, when the plan does
+  // not fit the memory available (saying how much it needs, how much there
+  // is, and the largest batch that would fit).
   virtual void allocate() = 0;
   virtual int64_t allocated_bytes() const = 0;
+  // The plan by region (parameters, gradients, optimizer state, activations,
+  // activation gradients, workspace, io, scratchpad): known before allocate().
+  virtual std::vector<MemoryRecord> memory_plan() const = 0;
   virtual int64_t peak_memory_bytes() const = 0;
 
   // Canonical-layout exchange (checkpoints, initialisation, tests).

@@ -53,6 +53,13 @@ struct KernelRecord {
   double total_ms = 0, min_ms = 0, max_ms = 0;
 };
 
+// One region of a run's memory plan (parameters, gradients, optimizer
+// state, activations, ...), in bytes.
+struct MemoryRecord {
+  std::string region;
+  int64_t bytes = 0;
+};
+
 // Where a run ran: device, libraries, host. Flat key/value pairs so the store
 // keeps whatever a backend knows without a schema change for each new field.
 struct Environment {

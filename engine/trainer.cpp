@@ -348,6 +348,7 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev) {
   result.summary.batch_size = run.batch;
   result.phases = run.phases.records();
   result.layers = run.layers.records();
+  result.memory = run.backend->memory_plan();
   return result;
 }
 

@@ -63,6 +63,7 @@ struct TrainResult {
   RunSummary summary;
   std::vector<PhaseRecord> phases;
   std::vector<KernelRecord> layers;  // profile.layers: per layer and pass, largest first
+  std::vector<MemoryRecord> memory;  // the memory plan by region
   Environment environment;
 };
 

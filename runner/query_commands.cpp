@@ -205,6 +205,16 @@ int show_command(const ShowArgs& args) {
         o << line;
       }
     }
+    if (!d.memory.empty()) {
+      int64_t total = 0;
+      for (const auto& m : d.memory) total += m.bytes;
+      o << "\nmemory plan (" << mib(total) << ")\n";
+      for (const auto& m : d.memory) {
+        char line[160];
+        std::snprintf(line, sizeof line, "  %-24s %12s\n", m.region.c_str(), mib(m.bytes).c_str());
+        o << line;
+      }
+    }
     if (!d.phases.empty()) {
       double total = 0;
       for (const auto& p : d.phases) total += p.host_ms;

@@ -117,6 +117,7 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     steps.flush();
     db.write_phases(uuid, result.phases);
     db.write_kernels(uuid, result.layers);
+    db.write_memory(uuid, result.memory);
     db.finish_run(uuid, store::RunStatus::complete, result.summary);
     char line[256];
     std::snprintf(line, sizeof line, "complete: %.1f img/s (median step %.1f ms)%s",

@@ -3,7 +3,7 @@
 // then migrate). PRAGMA user_version holds the number of the last migration
 // applied; PRAGMA application_id = 'xrun' marks the file as an xrun store.
 //
-// Schema at the latest version (2):
+// Schema at the latest version (3):
 //
 //   experiments(id, name, file, description, first_seen)  UNIQUE(name, file)
 //   runs(id INTEGER PK, uuid UNIQUE (random v4), experiment -> experiments.id,
@@ -33,6 +33,7 @@
 //          eval_seconds, images)
 //   phases(run, phase, calls, host_ms, gpu_ms)                 [version 2]
 //   kernels(run, name, phase, calls, total_ms, min_ms, max_ms)  [version 2]
+//   memory(run, region, bytes)  the run's memory plan by region  [version 3]
 //   view run_summary: one row per run: id, uuid, experiment (name),
 //        sweep_index, label, device, device_name, batch_size (summary, else
 //        run_params train.batch_size), precision, cudnn_benchmark, workers
@@ -201,8 +202,19 @@ SELECT
 FROM runs r JOIN experiments e ON e.id = r.experiment;
 )sql";
 
+// Version 3: the memory plan of each run, by region (parameters, gradients,
+// optimizer state, activations, workspace, ...).
+constexpr const char* kVersion3 = R"sql(
+CREATE TABLE memory (
+  run    INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  region TEXT NOT NULL,
+  bytes  INTEGER NOT NULL,
+  UNIQUE (run, region)
+);
+)sql";
+
 // kMigrations[i] takes a file from version i to version i + 1.
-const std::vector<const char*> kMigrations = {kVersion1, kVersion2};
+const std::vector<const char*> kMigrations = {kVersion1, kVersion2, kVersion3};
 
 // --- Opening ----------------------------------------------------------------------
 

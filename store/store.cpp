@@ -343,6 +343,18 @@ void Store::write_kernels(const std::string& uuid, std::span<const KernelRecord>
   tx.commit();
 }
 
+void Store::write_memory(const std::string& uuid, std::span<const MemoryRecord> regions) {
+  Transaction tx(db_, path_);
+  const int64_t run = detail::run_id(db_, path_, uuid);
+  Statement st(db_, path_,
+               "INSERT OR REPLACE INTO memory (run, region, bytes) VALUES (?1, ?2, ?3)");
+  for (const MemoryRecord& m : regions) {
+    st.bind(1, run).bind(2, m.region).bind(3, m.bytes);
+    st.run();
+  }
+  tx.commit();
+}
+
 void Store::finish_run(const std::string& uuid, RunStatus status, const RunSummary& s,
                        const std::string& error) {
   Transaction tx(db_, path_);
@@ -550,6 +562,11 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
     while (st.step())
       d.kernels.push_back(
           {st.text(0), st.text(1), st.int64(2), st.real(3), st.real(4), st.real(5)});
+  }
+  {
+    Statement st(db_, path_, "SELECT region, bytes FROM memory WHERE run = ?1 ORDER BY rowid");
+    st.bind(1, *id);
+    while (st.step()) d.memory.push_back({st.text(0), st.int64(1)});
   }
   return d;
 }

@@ -84,6 +84,7 @@ struct RunDetail {
   std::vector<EpochRecord> epochs;
   std::vector<PhaseRecord> phases;
   std::vector<KernelRecord> kernels;
+  std::vector<MemoryRecord> memory;
   int64_t step_count = 0;
   std::string host;
   int64_t pid = 0;
@@ -111,6 +112,7 @@ class Store {
   void write_epoch(const std::string& uuid, const EpochRecord& epoch);
   void write_phases(const std::string& uuid, std::span<const PhaseRecord> phases);
   void write_kernels(const std::string& uuid, std::span<const KernelRecord> kernels);
+  void write_memory(const std::string& uuid, std::span<const MemoryRecord> regions);
   // Ends a run: status, summary figures (for complete runs) and error text.
   void finish_run(const std::string& uuid, RunStatus status, const RunSummary& summary,
                   const std::string& error = "");

@@ -7,7 +7,9 @@
 #include <sys/resource.h>
 
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 
 #include "engine/device/device_info.h"
@@ -172,21 +174,94 @@ float* CpuBackend::region(TensorRole role) {
 }
 size_t CpuBackend::region_bytes(TensorRole role) const { return region_of(role).bytes; }
 
+void CpuBackend::declare_mirror(const std::string& name) {
+  if (allocated_) throw std::logic_error("cpu backend: mirror declared after allocate(): " + name);
+  mirrors_[name];
+}
+
 float* CpuBackend::mirror_region(const std::string& name) {
-  if (!allocated_) throw std::logic_error("cpu backend: mirror_region before allocate()");
-  Region& r = mirrors_[name];
-  if (!r.base) {
+  auto it = mirrors_.find(name);
+  if (it == mirrors_.end() || !allocated_)
+    throw std::logic_error("cpu backend: region " + name + " was not declared and allocated");
+  return reinterpret_cast<float*>(it->second.base);
+}
+
+namespace {
+const char* region_name(TensorRole role) {
+  switch (role) {
+    case TensorRole::parameter: return "parameters";
+    case TensorRole::gradient: return "gradients";
+    case TensorRole::state: return "running_stats";
+    case TensorRole::activation: return "activations";
+    case TensorRole::activation_grad: return "activation_gradients";
+    case TensorRole::workspace: return "workspace";
+    case TensorRole::io: return "input";
+  }
+  return "?";
+}
+
+// MemAvailable from /proc/meminfo, in bytes (0 when unknown).
+int64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  return buf;
+}
+}  // namespace
+
+std::vector<MemoryRecord> CpuBackend::memory_plan() const {
+  std::vector<MemoryRecord> out;
+  for (size_t i = 0; i < regions_.size(); ++i)
+    if (regions_[i].bytes > 0)
+      out.push_back({region_name(static_cast<TensorRole>(i)),
+                     static_cast<int64_t>(regions_[i].bytes)});
+  for (const auto& [name, r] : mirrors_)
+    out.push_back({"optimizer." + name, static_cast<int64_t>(region_bytes(TensorRole::parameter))});
+  out.push_back({"scratchpad", static_cast<int64_t>(scratchpad_bytes_)});
+  return out;
+}
+
+// Refuses a plan larger than the memory available, naming the largest batch
+// that fits: the batch-sized regions grow with the batch, the rest does not.
+void CpuBackend::check_memory_fits() const {
+  int64_t total = 0;
+  for (const MemoryRecord& m : memory_plan()) total += m.bytes;
+  const int64_t available = available_memory();
+  if (available <= 0 || total <= available) return;
+  const int64_t batch = input_ ? input_->dims[0] : 1;
+  int64_t per_batch = 0;
+  for (TensorRole role : {TensorRole::activation, TensorRole::activation_grad,
+                          TensorRole::workspace, TensorRole::io})
+    per_batch += static_cast<int64_t>(region_bytes(role));
+  const int64_t fixed = total - per_batch;
+  const int64_t per_sample = std::max<int64_t>(1, per_batch / batch);
+  const int64_t fits = std::max<int64_t>(0, (available - fixed) / per_sample) / 8 * 8;
+  throw std::runtime_error(
+      "batch " + std::to_string(batch) + " does not fit in memory: the plan needs " + gib(total) +
+      " (" + gib(per_batch) + " of it grows with the batch), " + gib(available) +
+      " is available; " +
+      (fits > 0 ? "the largest batch that fits is about " + std::to_string(fits)
+                : std::string("no batch fits")));
+}
+
+void CpuBackend::allocate() {
+  if (allocated_) throw std::logic_error("cpu backend: allocate() called twice");
+  check_memory_fits();
+  allocated_ = true;
+  for (auto& [name, r] : mirrors_) {
     r.bytes = region_bytes(TensorRole::parameter);
     r.base = zeroed_alloc(r.bytes);
     if (r.base) allocations_.push_back(r.base);
     allocated_bytes_ += static_cast<int64_t>(r.bytes);
   }
-  return reinterpret_cast<float*>(r.base);
-}
-
-void CpuBackend::allocate() {
-  if (allocated_) throw std::logic_error("cpu backend: allocate() called twice");
-  allocated_ = true;
   for (Region& r : regions_) {
     r.base = zeroed_alloc(r.bytes);
     if (r.base) allocations_.push_back(r.base);

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <deque>
+#include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
@@ -85,6 +86,7 @@ class CpuBackend final : public Backend {
 
   void allocate() override;
   int64_t allocated_bytes() const override { return allocated_bytes_; }
+  std::vector<MemoryRecord> memory_plan() const override;
   int64_t peak_memory_bytes() const override;
 
   void write(Tensor* t, std::span<const float> canonical) override;
@@ -111,7 +113,9 @@ class CpuBackend final : public Backend {
   // Flat views of a whole region, for the optimizer.
   float* region(TensorRole role);
   size_t region_bytes(TensorRole role) const;
-  // Regions the optimizer adds: same size as the parameter region.
+  // Regions of the parameter region's size (optimizer state, gradient
+  // accumulation): declared before allocate(), allocated with everything else.
+  void declare_mirror(const std::string& name);
   float* mirror_region(const std::string& name);
   int threads() const { return threads_; }
 
@@ -120,6 +124,7 @@ class CpuBackend final : public Backend {
     size_t bytes = 0;
     char* base = nullptr;
   };
+  void check_memory_fits() const;
   // Reorders between a layout and the canonical one, made once per layout.
   dnnl::reorder& exchange_reorder(const memory::desc& md, bool to_canonical);
 
@@ -131,7 +136,7 @@ class CpuBackend final : public Backend {
   dnnl::stream stream_;
   std::deque<CpuTensor> tensors_;  // stable addresses
   std::array<Region, 7> regions_{};
-  std::unordered_map<std::string, Region> mirrors_;
+  std::map<std::string, Region> mirrors_;
   size_t scratchpad_bytes_ = 0;
   memory scratchpad_;
   char* scratchpad_base_ = nullptr;

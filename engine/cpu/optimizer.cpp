@@ -52,6 +52,8 @@ class CpuOptimizer final : public OptimizerOp {
       : be_(be), s_(s), accumulation_(accumulation) {
     if (s.name != "adamw" && s.name != "sgd")
       throw std::invalid_argument("unknown optimizer '" + s.name + "'");
+    for (const std::string& state : state_names()) be.declare_mirror(state);
+    if (accumulation) be.declare_mirror("grad_accum");
   }
 
   std::vector<std::string> state_names() const override {

@@ -180,3 +180,25 @@ TEST_CASE("xrun run: a killed xrun leaves `running`; the next one marks it inter
   CHECK(f.sql("SELECT status FROM runs WHERE id = 1") == "interrupted");
   CHECK(f.sql("SELECT status FROM runs WHERE id = 2") == "complete");
 }
+
+TEST_CASE("xrun run: a batch too large for memory fails before allocating, naming what fits", "[cli][train]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("huge.toml", R"(name = "huge"
+[data]
+source = "synthetic"
+image_size = 224
+[train]
+device = "cpu"
+batch_size = 4096
+steps = 2
+[measure]
+warmup_steps = 1
+)");
+  auto r = f.xrun(run_args(f, file));
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(f.sql("SELECT status FROM runs") == "failed");
+  CHECK_THAT(f.sql("SELECT error FROM runs"), Contains("batch 4096 does not fit in memory") &&
+                                                  Contains("GiB is available") &&
+                                                  Contains("the largest batch that fits is about"));
+}

@@ -171,6 +171,8 @@ TEST_CASE("records round-trip, NaN stored as NULL and read back as NaN", "[store
       {"sm80_xmma_fprop_implicit_gemm", "forward", 4770, 812.5, 0.01, 1.2},
       {"cudnn::bn_fw_tr_1C11_kernel", "forward", 4770, 120.0, 0.005, kNaN}};
   store.write_kernels(uuid, kernels);
+  std::vector<MemoryRecord> memory = {{"parameters", 94112088}, {"activations", 812345600}};
+  store.write_memory(uuid, memory);
   const RunSummary sum = make_summary();
   store.finish_run(uuid, RunStatus::complete, sum);
 
@@ -212,6 +214,10 @@ TEST_CASE("records round-trip, NaN stored as NULL and read back as NaN", "[store
   CHECK(d->phases[0].phase == "data_wait");
   CHECK(d->phases[1].gpu_ms == 95.5);
   CHECK(std::isnan(d->phases[2].gpu_ms));
+  REQUIRE(d->memory.size() == 2);
+  CHECK(d->memory[0].region == "parameters");
+  CHECK(d->memory[0].bytes == 94112088);
+  CHECK(d->memory[1].bytes == 812345600);
   REQUIRE(d->kernels.size() == 2);
   CHECK(d->kernels[0].name == "sm80_xmma_fprop_implicit_gemm");
   CHECK(d->kernels[0].phase == "forward");
