@@ -202,3 +202,18 @@ TEST_CASE("checkpoint: model.weights starts training from a file", "[checkpoint]
   CHECK(a.at("layer3.1.conv2.weight") == b.at("layer3.1.conv2.weight"));
   CHECK(a.at("bn1.running_mean") != b.at("bn1.running_mean"));
 }
+
+TEST_CASE("trainer: gradient accumulation takes `accumulate` batches per step", "[trainer]") {
+  xrun_test::ScratchDir dir;
+  RunConfig c = small_run("", 3);
+  c.train.accumulate = 2;
+  std::vector<StepRecord> steps;
+  TrainEvents ev;
+  ev.step = [&](const StepRecord& s) { steps.push_back(s); };
+  const TrainResult r = train(c, ev);
+  REQUIRE(steps.size() == 3);
+  for (const StepRecord& s : steps) CHECK(s.images == 32);
+  CHECK(r.summary.measured_images == 2 * 32);
+  // 96 samples at 16 x 2 per step: 3 steps per epoch, the third step ends epoch 1.
+  CHECK(steps[2].epoch == 0);
+}

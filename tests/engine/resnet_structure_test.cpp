@@ -62,3 +62,50 @@ TEST_CASE("an unknown arch is refused by name", "[model]") {
   spec.arch = "resnet51";
   REQUIRE_THROWS_WITH(ResNet(be, spec), Catch::Contains("resnet51") && Catch::Contains("resnet50"));
 }
+
+TEST_CASE("initialisation follows torchvision", "[model]") {
+  cpu::CpuBackend be(1);
+  ModelSpec spec;
+  spec.arch = "resnet18";
+  spec.batch = 1;
+  spec.image_size = 32;
+  ResNet model(be, spec);
+  be.allocate();
+  model.init_parameters(7);
+  auto values = [&](const std::string& name) {
+    for (const StateEntry& e : model.state())
+      if (e.name == name) {
+        std::vector<float> v(e.tensor->numel());
+        be.read(e.tensor, v);
+        return v;
+      }
+    FAIL("no " << name);
+    return std::vector<float>{};
+  };
+  auto mean_std = [](const std::vector<float>& v) {
+    double m = 0, q = 0;
+    for (float x : v) m += x;
+    m /= v.size();
+    for (float x : v) q += (x - m) * (x - m);
+    return std::pair<double, double>{m, std::sqrt(q / v.size())};
+  };
+  // Kaiming normal, fan_out, ReLU gain: std = sqrt(2 / (out_channels * kh * kw)).
+  const auto [m3, s3] = mean_std(values("layer3.0.conv2.weight"));  // 256 x 256 x 3 x 3
+  CHECK(std::fabs(m3) < 0.001);
+  CHECK(s3 == Approx(std::sqrt(2.0 / (256 * 9))).epsilon(0.01));
+  // BN: weight 1, bias 0, running mean 0, running var 1.
+  for (float x : values("layer2.1.bn1.weight")) CHECK(x == 1.0f);
+  for (float x : values("layer2.1.bn1.bias")) CHECK(x == 0.0f);
+  for (float x : values("bn1.running_var")) CHECK(x == 1.0f);
+  // nn.Linear's default: uniform in +-1/sqrt(fan_in), fan_in 512.
+  const auto fc = values("fc.weight");
+  const float bound = 1.0f / std::sqrt(512.0f);
+  for (float x : fc) CHECK(std::fabs(x) <= bound);
+  CHECK(mean_std(fc).second == Approx(bound / std::sqrt(3.0)).epsilon(0.05));
+  // The same seed, the same weights; another seed, others.
+  const auto again = values("layer3.0.conv2.weight");
+  model.init_parameters(7);
+  CHECK(values("layer3.0.conv2.weight") == again);
+  model.init_parameters(8);
+  CHECK(values("layer3.0.conv2.weight") != again);
+}
