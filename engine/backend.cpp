@@ -1,24 +1,57 @@
 // engine/backend.cpp: make_backend, the one place a device string becomes a
-// backend, with the checks that must fail before any work starts.
+// backend, with the checks that must fail before any work starts; and the
+// Backend defaults.
 #include "engine/backend.h"
 
+#include <cstdlib>
 #include <stdexcept>
 
 #include "engine/cpu/cpu_backend.h"
+#ifdef XRUN_HAVE_CUDA
+#include "engine/cuda/cuda_backend.h"
+#include "engine/device/device_info.h"
+#endif
 
 namespace xrun {
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads,
-                                      const std::string& precision) {
+void* Backend::allocate_host(size_t bytes, bool) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+void Backend::free_host(void* p, bool) { std::free(p); }
+
+bool cuda_engine_available() {
+#ifdef XRUN_HAVE_CUDA
+  const CudaInfo info = query_cuda();
+  for (const GpuInfo& gpu : info.gpus)
+    if (gpu.kernels_supported) return true;
+#endif
+  return false;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options) {
   if (device == "cpu") {
-    if (precision != "fp32")
-      throw std::runtime_error("precision '" + precision +
+    if (options.precision != "fp32")
+      throw std::runtime_error("precision '" + options.precision +
                                "' needs a CUDA device; the CPU engine trains in fp32");
-    return std::make_unique<cpu::CpuBackend>(threads);
+    return std::make_unique<cpu::CpuBackend>(options.threads);
   }
-  if (device.rfind("cuda:", 0) == 0)
+  if (device.rfind("cuda:", 0) == 0) {
+    int index = -1;
+    try {
+      index = std::stoi(device.substr(5));
+    } catch (const std::exception&) {
+    }
+    if (index < 0) throw std::runtime_error("device '" + device + "': expected cuda:N");
+#ifdef XRUN_HAVE_CUDA
+    return std::make_unique<cuda::CudaBackend>(index, options);
+#else
     throw std::runtime_error("device " + device +
-                             ": this build has no CUDA engine yet; use train.device = \"cpu\"");
+                             ": this xrun was built without CUDA (XRUN_CUDA=OFF or no toolkit)");
+#endif
+  }
   throw std::runtime_error("unknown device '" + device + "' (cpu, cuda:N)");
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -92,8 +93,9 @@ class LinearOp {
 };
 
 // Softmax cross-entropy, mean over the valid rows of the batch; writes
-// dlogits = (softmax - onehot) * grad_scale / valid. Results are read later
-// (read_results) so a device backend need not synchronise every step.
+// dlogits = (softmax - onehot) * grad_scale / valid. The loss sum, top-1 hits
+// and rows add up over calls until read_results() returns and resets them,
+// so a device backend need not synchronise every step.
 class LossOp {
  public:
   virtual ~LossOp() = default;
@@ -104,7 +106,7 @@ class LossOp {
     int64_t correct = 0;  // top-1 hits
     int rows = 0;
   };
-  virtual Results read_results() = 0;  // of the last call; may synchronise
+  virtual Results read_results() = 0;  // totals since the last read; may synchronise
   Tensor* labels = nullptr;            // int32 [N], written by Backend::load_batch
 };
 
@@ -120,13 +122,17 @@ class PointwiseOps {
 // gradient and state value sits at the same offset in its region.
 struct OptimizerStep {
   double lr = 0;
-  int64_t step = 1;          // 1-based, for AdamW's bias correction
+  int64_t step = 1;          // 1-based count of applied steps, for AdamW's bias correction
   float grad_scale = 1;      // gradients are divided by this first (loss scaling)
+  bool check_finite = false; // skip the update when any gradient is inf/NaN (see found_inf)
 };
 class OptimizerOp {
  public:
   virtual ~OptimizerOp() = default;
   virtual void step(const OptimizerStep& s) = 0;
+  // After a step with check_finite: whether a gradient was inf/NaN (the
+  // update was then skipped). May synchronise with the device.
+  virtual bool found_inf() = 0;
   virtual void zero_grad() = 0;
   // Adds the gradient region into the accumulation region (train.accumulate)
   // or copies it back; backends without accumulation support throw.
@@ -148,11 +154,23 @@ struct OptimizerSettings {
   bool nesterov = false;
 };
 
+// What a backend is made with (make_backend).
+struct BackendOptions {
+  int threads = 0;                    // CPU threads, 0 = all cores
+  std::string precision = "fp32";     // fp32 | tf32 | fp16 | bf16
+  std::string cudnn_benchmark = "false";  // false | true | cached
+  std::map<std::string, ConvAlgoChoice> algo_cache;  // "cached": earlier choices by key
+  size_t conv_workspace_limit = size_t{1} << 30;     // bytes for any one convolution
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // "cpu", "cuda:0"
   virtual Environment environment() const = 0;
+  // True when ops finish before they return (CPU): results may be read
+  // every step at no cost. False (CUDA): the trainer reads them at intervals.
+  virtual bool host_synchronous() const { return true; }
 
   // A new tensor with the shape and layout of `like` (e.g. a second gradient
   // buffer for a residual branch).
@@ -201,12 +219,20 @@ class Backend {
   virtual void load_batch(const uint8_t* images, const int32_t* labels, int count,
                           std::span<const float> mean, std::span<const float> std) = 0;
   virtual void synchronize() = 0;
+  // Host memory for batches; pinned (page-locked) where the device can copy
+  // from it asynchronously. Default: 64-byte aligned memory.
+  virtual void* allocate_host(size_t bytes, bool pinned);
+  virtual void free_host(void* p, bool pinned);
+  // Convolution algorithms chosen (CUDA) and the time spent choosing them.
+  virtual std::vector<ConvAlgoRecord> conv_algorithms() const { return {}; }
+  virtual double conv_algorithm_search_ms() const { return 0; }
 };
 
-// Creates the backend for a resolved device ("cpu", "cuda:0"). `threads`: CPU
-// threads (0 = all cores). Throws std::runtime_error when the device cannot be
-// used, with the reason.
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads,
-                                      const std::string& precision);
+// Creates the backend for a resolved device ("cpu", "cuda:0"). Throws
+// std::runtime_error when the device cannot be used, with the reason.
+std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options);
+
+// Whether this build has the CUDA engine and a GPU it can run on.
+bool cuda_engine_available();
 
 }  // namespace xrun

@@ -53,6 +53,22 @@ struct KernelRecord {
   double total_ms = 0, min_ms = 0, max_ms = 0;
 };
 
+// The algorithm chosen for one convolution pass (CUDA engine).
+struct ConvAlgoChoice {
+  int algo = -1;
+  int math_type = 0;
+  int64_t workspace_bytes = 0;
+  double time_ms = 0;  // as measured by the search that chose it
+};
+struct ConvAlgoRecord {
+  std::string layer;   // "layer1.0.conv2"
+  std::string pass;    // forward | backward_data | backward_filter
+  std::string key;     // shape, types and pass: what a cached choice is reused for
+  std::string algo_name;
+  std::string source;  // heuristic | benchmark | cached
+  ConvAlgoChoice choice;
+};
+
 // One region of a run's memory plan (parameters, gradients, optimizer
 // state, activations, ...), in bytes.
 struct MemoryRecord {
@@ -86,6 +102,7 @@ struct RunSummary {
   double test_accuracy = 0;     // last evaluation, NaN when none
   double test_loss = 0;
   int batch_size = 0;           // as run (resolves "auto")
+  double algo_search_ms = 0;    // CUDA: time spent choosing convolution algorithms
 };
 
 }  // namespace xrun

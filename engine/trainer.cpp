@@ -15,6 +15,7 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
+#include "engine/loss_scaler.h"
 #include "engine/model/resnet.h"
 #include "engine/schedule.h"
 #include "engine/step_stats.h"
@@ -37,7 +38,8 @@ std::string where(int64_t step, int epoch) {
   return "step " + std::to_string(step) + " (epoch " + std::to_string(epoch + 1) + ")";
 }
 
-data::LoaderOptions loader_options(const RunConfig& cfg, int batch, bool training) {
+data::LoaderOptions loader_options(const RunConfig& cfg, int batch, bool training,
+                                   Backend& backend) {
   data::LoaderOptions o;
   o.batch_size = batch;
   o.shuffle = training && cfg.data.shuffle;
@@ -47,6 +49,9 @@ data::LoaderOptions loader_options(const RunConfig& cfg, int batch, bool trainin
   o.workers = cfg.data.workers;
   o.prefetch = cfg.data.prefetch;
   o.seed = cfg.train.seed;
+  const bool pinned = cfg.data.pin_memory;
+  o.allocator.allocate = [&backend, pinned](size_t n) { return backend.allocate_host(n, pinned); };
+  o.allocator.release = [&backend, pinned](void* p) { backend.free_host(p, pinned); };
   return o;
 }
 
@@ -65,15 +70,24 @@ struct Run {
   int batch = 0;
   int64_t steps_per_epoch = 0, total_steps = 0;
   int epochs = 0;
+  LossScaler scaler;
+  int64_t optimizer_steps = 0;  // applied (not skipped) steps: AdamW's step count
+  const std::map<std::string, ConvAlgoChoice>& algo_cache;
 
-  Run(const RunConfig& c, const TrainEvents& e) : cfg(c), ev(e) {}
+  Run(const RunConfig& c, const TrainEvents& e, const TrainContext& ctx)
+      : cfg(c), ev(e), scaler(c.train.precision == "fp16"), algo_cache(ctx.algo_cache) {}
 
   void message(const std::string& m) const {
     if (ev.message) ev.message(m);
   }
 
   void set_up() {
-    backend = make_backend(cfg.train.device, cfg.train.threads, cfg.train.precision);
+    BackendOptions bo;
+    bo.threads = cfg.train.threads;
+    bo.precision = cfg.train.precision;
+    bo.cudnn_benchmark = cfg.train.cudnn_benchmark;
+    bo.algo_cache = algo_cache;
+    backend = make_backend(cfg.train.device, bo);
     train_set = data::open_dataset(cfg.data, data::Split::train, cfg.train.seed);
     if (cfg.train.eval) test_set = data::open_dataset(cfg.data, data::Split::test, cfg.train.seed);
     if (train_set->num_classes() > cfg.model.num_classes)
@@ -107,9 +121,11 @@ struct Run {
     optimizer = backend->optimizer(os, cfg.train.accumulate > 1);
     backend->allocate();
 
-    train_loader = std::make_unique<data::Loader>(*train_set, loader_options(cfg, batch, true));
+    train_loader = std::make_unique<data::Loader>(*train_set,
+                                                  loader_options(cfg, batch, true, *backend));
     if (test_set)
-      test_loader = std::make_unique<data::Loader>(*test_set, loader_options(cfg, batch, false));
+      test_loader = std::make_unique<data::Loader>(*test_set,
+                                                   loader_options(cfg, batch, false, *backend));
     steps_per_epoch = train_loader->batches_per_epoch() / cfg.train.accumulate;
     if (steps_per_epoch < 1)
       throw TrainError("the training set (" + std::to_string(train_set->size()) +
@@ -130,6 +146,8 @@ struct Run {
     const std::string& ckpt = cfg.train.checkpoint;
     if (cfg.train.resume && !ckpt.empty() && std::filesystem::exists(ckpt)) {
       CheckpointState st = load_checkpoint(ckpt, *model, *backend, *optimizer);
+      optimizer_steps = st.optimizer_steps;
+      scaler.restore(st.loss_scale, st.scaler_growth_tracker);
       message("resumed from " + ckpt + " at step " + std::to_string(st.step));
       if (st.step > total_steps)
         throw TrainError(ckpt + " is at step " + std::to_string(st.step) +
@@ -152,6 +170,9 @@ struct Run {
     const auto t0 = Clock::now();
     CheckpointState st;
     st.step = step;
+    st.optimizer_steps = optimizer_steps;
+    st.loss_scale = scaler.scale();
+    st.scaler_growth_tracker = scaler.growth_tracker();
     st.arch = cfg.model.arch;
     save_checkpoint(cfg.train.checkpoint, *model, *backend, *optimizer, st);
     phases.add(Phase::checkpoint, ms_since(t0));
@@ -191,8 +212,8 @@ struct Run {
 
 }  // namespace
 
-TrainResult train(const RunConfig& cfg, const TrainEvents& ev) {
-  Run run(cfg, ev);
+TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContext& ctx) {
+  Run run(cfg, ev, ctx);
   run.set_up();
   const int64_t start = run.initialise();
   TrainResult result;
@@ -210,7 +231,8 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev) {
   }
 
   const int accumulate = cfg.train.accumulate;
-  const float micro_scale = 1.0f / static_cast<float>(accumulate);
+  LossScaler& scaler = run.scaler;
+  const bool sync_backend = run.backend->host_synchronous();
   std::vector<StepRecord> records;
   records.reserve(static_cast<size_t>(run.total_steps - start));
   double last_loss = NAN, last_test_loss = NAN, last_test_acc = NAN;
@@ -221,8 +243,8 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev) {
   if (step < run.total_steps) run.train_loader->start_epoch(epoch, in_epoch * accumulate);
   EpochRecord epoch_rec;
   epoch_rec.epoch = epoch;
-  double epoch_loss_sum = 0;
-  int64_t epoch_loss_count = 0;
+  double epoch_loss_sum = 0;  // over the rows read back this epoch
+  int64_t epoch_loss_rows = 0, epoch_steps = 0;
   auto epoch_start = Clock::now();
   auto progress_start = Clock::now();
   int64_t progress_images = 0, progress_steps = 0;
@@ -237,10 +259,11 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev) {
     rec.epoch = epoch;
     rec.kind = run.kind_of(step);
     rec.lr = learning_rate(cfg.train.schedule, cfg.train.optimizer.lr, step, run.total_steps);
+    rec.loss_scale = scaler.scale();
     run.phases.set_enabled(rec.kind == StepKind::measured);
     run.layers.set_enabled(cfg.profile.layers && rec.kind == StepKind::measured);
+    const float micro_scale = static_cast<float>(scaler.scale()) / static_cast<float>(accumulate);
     const auto t0 = Clock::now();
-    double step_loss = 0;
     for (int micro = 0; micro < accumulate; ++micro) {
       const data::HostBatch* b;
       double wait_ms = 0;
@@ -269,31 +292,47 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev) {
         if (accumulate > 1)
           micro == 0 ? run.optimizer->accumulate_begin() : run.optimizer->accumulate_add();
       }
-      const LossOp::Results r = run.loss->read_results();
-      step_loss += r.rows > 0 ? r.loss_sum / r.rows / accumulate : 0;
       rec.images += count;
     }
     {
       ScopedPhase p(run.phases, Phase::optimizer);
       if (accumulate > 1) run.optimizer->accumulate_end();
-      run.optimizer->step({rec.lr, step + 1, 1.0f});
+      OptimizerStep os;
+      os.lr = rec.lr;
+      os.step = run.optimizer_steps + 1;  // AdamW's bias correction counts applied steps
+      os.grad_scale = static_cast<float>(scaler.scale());
+      os.check_finite = scaler.enabled();
+      run.optimizer->step(os);
+      if (scaler.enabled()) rec.skipped = !scaler.update(run.optimizer->found_inf());
+      if (!rec.skipped) ++run.optimizer_steps;
       run.backend->synchronize();
     }
     rec.step_ms = ms_since(t0);
-    rec.loss = step_loss;
-    if (!std::isfinite(step_loss)) {
-      if (ev.step) ev.step(rec);
-      throw TrainError("loss is " + std::string(std::isnan(step_loss) ? "NaN" : "infinite") +
-                       " at " + where(step, epoch) + " (precision " + cfg.train.precision +
-                       ", lr " + std::to_string(rec.lr) + ")");
-    }
-    last_loss = step_loss;
-    epoch_loss_sum += step_loss;
-    ++epoch_loss_count;
-    records.push_back(rec);
-    if (ev.step) ev.step(rec);
     ++step;
     ++in_epoch;
+    ++epoch_steps;
+    const bool epoch_done = in_epoch == run.steps_per_epoch || step == run.total_steps;
+
+    // The loss: every step where reading it costs nothing, else at logging
+    // intervals and epoch ends (a mean over the steps since the last read).
+    rec.loss = NAN;
+    if (sync_backend || step % cfg.train.log_every == 0 || epoch_done) {
+      const LossOp::Results r = run.loss->read_results();
+      if (r.rows > 0) {
+        rec.loss = r.loss_sum / static_cast<double>(r.rows);
+        epoch_loss_sum += r.loss_sum;
+        epoch_loss_rows += r.rows;
+        if (!std::isfinite(rec.loss)) {
+          if (ev.step) ev.step(rec);
+          throw TrainError("loss is " + std::string(std::isnan(rec.loss) ? "NaN" : "infinite") +
+                           " at " + where(step - 1, epoch) + " (precision " +
+                           cfg.train.precision + ", lr " + std::to_string(rec.lr) + ")");
+        }
+        last_loss = rec.loss;
+      }
+    }
+    records.push_back(rec);
+    if (ev.step) ev.step(rec);
     progress_images += rec.images;
     ++progress_steps;
 
@@ -313,11 +352,10 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev) {
       progress_images = progress_steps = 0;
     }
 
-    const bool epoch_done = in_epoch == run.steps_per_epoch || step == run.total_steps;
     if (epoch_done) {
       epoch_rec.seconds = ms_since(epoch_start) / 1000.0;
-      epoch_rec.images = epoch_loss_count * static_cast<int64_t>(run.batch) * accumulate;
-      epoch_rec.train_loss = epoch_loss_count ? epoch_loss_sum / epoch_loss_count : NAN;
+      epoch_rec.images = epoch_steps * static_cast<int64_t>(run.batch) * accumulate;
+      epoch_rec.train_loss = epoch_loss_rows ? epoch_loss_sum / epoch_loss_rows : NAN;
       epoch_rec.test_loss = epoch_rec.test_accuracy = NAN;
       if (run.test_loader) {
         const auto e0 = Clock::now();
@@ -333,7 +371,7 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev) {
       epoch_rec = EpochRecord{};
       epoch_rec.epoch = epoch;
       epoch_loss_sum = 0;
-      epoch_loss_count = 0;
+      epoch_loss_rows = epoch_steps = 0;
       if (step < run.total_steps) run.train_loader->start_epoch(epoch);
       epoch_start = Clock::now();
       progress_start = Clock::now();
@@ -349,6 +387,8 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev) {
   result.phases = run.phases.records();
   result.layers = run.layers.records();
   result.memory = run.backend->memory_plan();
+  result.conv_algorithms = run.backend->conv_algorithms();
+  result.summary.algo_search_ms = run.backend->conv_algorithm_search_ms();
   return result;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -64,11 +65,19 @@ struct TrainResult {
   std::vector<PhaseRecord> phases;
   std::vector<KernelRecord> layers;  // profile.layers: per layer and pass, largest first
   std::vector<MemoryRecord> memory;  // the memory plan by region
+  std::vector<ConvAlgoRecord> conv_algorithms;  // CUDA: per convolution and pass
   Environment environment;
+};
+
+// What a run may reuse from earlier runs (the runner reads it from the store).
+struct TrainContext {
+  // train.cudnn_benchmark = "cached": convolution algorithms chosen before on
+  // this card, driver and cuDNN, by ConvAlgoRecord::key.
+  std::map<std::string, ConvAlgoChoice> algo_cache;
 };
 
 // Trains per `cfg`. Throws TrainError, TrainInterrupted, data::DataError, or
 // std::runtime_error for a device that cannot be used.
-TrainResult train(const RunConfig& cfg, const TrainEvents& events);
+TrainResult train(const RunConfig& cfg, const TrainEvents& events, const TrainContext& context = {});
 
 }  // namespace xrun

@@ -44,7 +44,4 @@ struct ShowArgs {
 };
 int show_command(const ShowArgs& args);
 
-// What the plan-time checks need to know about this machine.
-bool cuda_engine_available();
-
 }  // namespace xrun::cli

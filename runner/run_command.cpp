@@ -13,6 +13,7 @@
 #include "engine/checkpoint/safetensors.h"
 #include "engine/data/dataset.h"
 #include "engine/device/device_info.h"
+#include "engine/backend.h"
 #include "engine/trainer.h"
 #include "runner/commands.h"
 #include "runner/experiment.h"
@@ -47,7 +48,7 @@ struct InterruptGuard {
 PlanOptions plan_options(const std::vector<std::string>& sets) {
   PlanOptions o;
   o.sets = sets;
-  o.gpu_available = cuda_engine_available();
+  o.gpu_available = xrun::cuda_engine_available();
   o.hostname = hostname();
   return o;
 }
@@ -149,12 +150,6 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
 
 }  // namespace
 
-bool cuda_engine_available() {
-  // The CUDA engine is not part of this build yet (issue #4): "auto" trains
-  // on the CPU even where a GPU is present.
-  return false;
-}
-
 int plan_command(const PlanArgs& args) {
   try {
     const Plan plan = load_plan(args.file, plan_options(args.sets));
@@ -170,8 +165,9 @@ int run_command(const RunArgs& args) {
   Plan plan;
   PlanOptions options = plan_options(args.sets);
   options.device_check = [](const nlohmann::json&, const std::string& device) -> std::string {
-    if (device.rfind("cuda", 0) == 0 && !cuda_engine_available())
-      return "device " + device + " needs the CUDA engine, which this build does not have yet";
+    if (device.rfind("cuda", 0) == 0 && !xrun::cuda_engine_available())
+      return "device " + device + " needs a GPU that this build's CUDA engine can run on " +
+             "(see `xrun doctor`)";
     return "";
   };
   try {

@@ -2,6 +2,7 @@
 // files, through the backend's canonical-layout read/write.
 #include "engine/checkpoint/checkpoint.h"
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -47,8 +48,15 @@ void save_checkpoint(const std::string& path, const ResNet& model, Backend& back
                      OptimizerOp& optimizer, const CheckpointState& state) {
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
+  char scale[64];
+  std::snprintf(scale, sizeof scale, "%.17g", state.loss_scale);
   const std::map<std::string, std::string> meta = {
-      {"format", "pt"}, {kStepKey, std::to_string(state.step)}, {"xrun.arch", state.arch},
+      {"format", "pt"},
+      {kStepKey, std::to_string(state.step)},
+      {"xrun.optimizer_steps", std::to_string(state.optimizer_steps)},
+      {"xrun.loss_scale", scale},
+      {"xrun.scaler_growth_tracker", std::to_string(state.scaler_growth_tracker)},
+      {"xrun.arch", state.arch},
       {"xrun.version", XRUN_VERSION}};
 
   // Weights: torchvision's state_dict.
@@ -158,8 +166,18 @@ CheckpointState load_checkpoint(const std::string& path, ResNet& model, Backend&
     throw CheckpointError(path + " is at step " + std::to_string(st.step) + " but " +
                           optim_path + " at step " + std::to_string(optim_step) +
                           " (a save was cut short?)");
-  auto arch = weights.metadata().find("xrun.arch");
-  st.arch = arch == weights.metadata().end() ? "" : arch->second;
+  auto meta = [&](const char* key, const std::string& fallback) {
+    auto it = optim.metadata().find(key);
+    return it == optim.metadata().end() ? fallback : it->second;
+  };
+  st.arch = meta("xrun.arch", "");
+  try {
+    st.optimizer_steps = std::stoll(meta("xrun.optimizer_steps", std::to_string(st.step)));
+    st.loss_scale = std::stod(meta("xrun.loss_scale", "1"));
+    st.scaler_growth_tracker = std::stoll(meta("xrun.scaler_growth_tracker", "0"));
+  } catch (const std::exception&) {
+    throw CheckpointError(optim_path + ": malformed optimizer metadata");
+  }
 
   const std::vector<std::string> names = optimizer.state_names();
   std::vector<float> values;

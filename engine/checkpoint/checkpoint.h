@@ -16,7 +16,10 @@
 namespace xrun {
 
 struct CheckpointState {
-  int64_t step = 0;  // optimizer steps done
+  int64_t step = 0;             // training steps done
+  int64_t optimizer_steps = 0;  // of those, applied (fp16 skips overflowing steps)
+  double loss_scale = 1;        // fp16: the dynamic loss scale and its growth count
+  int64_t scaler_growth_tracker = 0;
   std::string arch;
 };
 

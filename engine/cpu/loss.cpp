@@ -1,6 +1,7 @@
 // engine/cpu/loss.cpp: softmax cross-entropy over plain [N, K] logits, mean
 // over the valid rows, fused with its gradient: dlogits = (softmax - onehot)
 // * grad_scale / valid. Computed in double per row for a stable log-sum-exp.
+// Loss sums, hits and rows add up until read_results() takes them.
 #include <cmath>
 #include <stdexcept>
 
@@ -23,7 +24,11 @@ class CpuLoss final : public LossOp {
     run(valid_rows, true, grad_scale);
   }
   void forward(int valid_rows) override { run(valid_rows, false, 0.0f); }
-  Results read_results() override { return results_; }
+  Results read_results() override {
+    const Results r = results_;
+    results_ = {};
+    return r;
+  }
 
  private:
   void run(int valid, bool backward, float grad_scale) {
@@ -67,7 +72,9 @@ class CpuLoss final : public LossOp {
       }
     }
     if (bad_label) throw std::runtime_error("loss: a label is outside [0, num_classes)");
-    results_ = {loss_sum, correct, valid};
+    results_.loss_sum += loss_sum;
+    results_.correct += correct;
+    results_.rows += valid;
   }
 
   CpuTensor* logits_;

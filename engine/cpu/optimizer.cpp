@@ -62,10 +62,20 @@ class CpuOptimizer final : public OptimizerOp {
     return {};
   }
 
+  bool found_inf() override { return found_inf_; }
+
   void step(const OptimizerStep& st) override {
     float* p = be_.region(TensorRole::parameter);
     const float* g = be_.region(TensorRole::gradient);
     const int64_t n = count();
+    found_inf_ = false;
+    if (st.check_finite) {
+      bool bad = false;
+#pragma omp parallel for reduction(|| : bad)
+      for (int64_t i = 0; i < n; ++i) bad = bad || !std::isfinite(g[i]);
+      found_inf_ = bad;
+      if (bad) return;
+    }
     const float inv_scale = 1.0f / st.grad_scale;
     const float lr = static_cast<float>(st.lr);
     const float wd = static_cast<float>(s_.weight_decay);
@@ -141,6 +151,7 @@ class CpuOptimizer final : public OptimizerOp {
   OptimizerSettings s_;
   bool accumulation_;
   bool momentum_started_ = false;
+  bool found_inf_ = false;
 };
 
 }  // namespace

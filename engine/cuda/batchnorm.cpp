@@ -1,0 +1,178 @@
+// engine/cuda/batchnorm.cpp: batch norm on cuDNN's *Ex calls (NHWC,
+// CUDNN_BATCHNORM_SPATIAL_PERSISTENT) with ReLU fused (OPS_BN_ACTIVATION)
+// or the residual add + ReLU fused (OPS_BN_ADD_ACTIVATION, whose backward
+// writes the residual's gradient too); the per-layer reserve space carries
+// what backward needs from forward. Where cuDNN does not support the fused
+// form (CUDNN_STATUS_NOT_SUPPORTED when sizing it) the layer falls back to
+// plain batch norm plus xrun's ReLU / add+ReLU kernels. Scale, bias and
+// statistics are fp32 whatever the activation type; running statistics are
+// cuDNN's (momentum 0.1, unbiased running variance, as PyTorch).
+#include <stdexcept>
+
+#include "engine/cuda/cuda_backend.h"
+
+namespace xrun::cuda {
+
+namespace {
+
+constexpr double kEps = 1e-5;       // torch.nn.BatchNorm2d defaults
+constexpr double kMomentum = 0.1;
+
+class CudaBatchNorm final : public BatchNormOp, public CudaOp {
+ public:
+  CudaBatchNorm(CudaBackend& be, const std::string& name, CudaTensor* x, CudaTensor* dx,
+                BnActivation act, CudaTensor* residual, CudaTensor* d_residual)
+      : be_(be), x_(x), dx_(dx), act_(act), residual_(residual), d_residual_(d_residual) {
+    const int64_t c = x->dims[1];
+    if (x->c_pad != c) throw std::logic_error(name + ": batch norm over padded channels");
+    if (act == BnActivation::add_relu && (!residual || !d_residual))
+      throw std::logic_error(name + ": add_relu needs the residual and its gradient");
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&param_desc_));
+    CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(param_desc_, x->desc, kMode));
+    CUDNN_CHECK(cudnnCreateActivationDescriptor(&relu_));
+    CUDNN_CHECK(cudnnSetActivationDescriptor(relu_, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+
+    y = be.declare_activation(name + ".y", x->dims, c, TensorRole::activation);
+    dy = be.declare_activation(name + ".dy", x->dims, c, TensorRole::activation_grad);
+    auto [g, gg] = be.declare_parameter(name + ".weight", {c}, Layout::plain, 0, false);
+    auto [b, bg] = be.declare_parameter(name + ".bias", {c}, Layout::plain, 0, false);
+    gamma = g, gamma_grad = gg, beta = b, beta_grad = bg;
+    running_mean = be.declare_buffer(name + ".running_mean", {c}, c * 4, TensorRole::state);
+    running_var = be.declare_buffer(name + ".running_var", {c}, c * 4, TensorRole::state);
+    saved_mean_ = be.declare_buffer(name + ".saved_mean", {c}, c * 4, TensorRole::workspace);
+    saved_inv_var_ = be.declare_buffer(name + ".saved_inv_var", {c}, c * 4, TensorRole::workspace);
+
+    ops_ = act == BnActivation::none   ? CUDNN_BATCHNORM_OPS_BN
+           : act == BnActivation::relu ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION
+                                       : CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+    const cudnnTensorDescriptor_t z = act == BnActivation::add_relu ? residual->desc : nullptr;
+    const cudnnActivationDescriptor_t a = act == BnActivation::none ? nullptr : relu_;
+    size_t fwd_ws = 0, bwd_ws = 0, reserve = 0;
+    fused_ =
+        cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+            be.cudnn(), kMode, ops_, x->desc, z, as_cuda(y)->desc, param_desc_, a, &fwd_ws) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+            be.cudnn(), kMode, ops_, x->desc, as_cuda(y)->desc, as_cuda(dy)->desc, z,
+            dx ? dx->desc : x->desc, param_desc_, a, &bwd_ws) == CUDNN_STATUS_SUCCESS &&
+        cudnnGetBatchNormalizationTrainingExReserveSpaceSize(be.cudnn(), kMode, ops_, a, x->desc,
+                                                             &reserve) == CUDNN_STATUS_SUCCESS;
+    if (fused_) {
+      be.need_workspace(std::max(fwd_ws, bwd_ws));
+      if (reserve > 0)
+        reserve_ = be.declare_buffer(name + ".reserve", {static_cast<int64_t>(reserve)}, reserve,
+                                     TensorRole::workspace);
+    } else if (act == BnActivation::relu) {
+      // Unfused backward needs the gradient before the ReLU somewhere.
+      pre_relu_grad_ = be.declare_activation(name + ".dz", x->dims, c, TensorRole::activation_grad);
+    }
+    be.register_op(this);
+  }
+
+  ~CudaBatchNorm() override {
+    if (param_desc_) cudnnDestroyTensorDescriptor(param_desc_);
+    if (relu_) cudnnDestroyActivationDescriptor(relu_);
+  }
+
+  void bind() override {}
+
+  void forward_train() override {
+    const float one = 1.0f, zero = 0.0f;
+    if (fused_) {
+      CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
+          be_.cudnn(), kMode, ops_, &one, &zero, x_->desc, x_->data, z_desc(), z_data(),
+          as_cuda(y)->desc, y->data, param_desc_, gamma->data, beta->data, kMomentum,
+          running_mean->data, running_var->data, kEps, saved_mean_->data, saved_inv_var_->data,
+          activation(), be_.workspace(), be_.workspace_bytes(), reserve_data(), reserve_bytes()));
+      return;
+    }
+    CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+        be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_->desc, x_->data, as_cuda(y)->desc,
+        y->data, param_desc_, gamma->data, beta->data, kMomentum, running_mean->data,
+        running_var->data, kEps, saved_mean_->data, saved_inv_var_->data));
+    apply_activation();
+  }
+
+  void forward_infer() override {
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+        be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, x_->desc, x_->data, as_cuda(y)->desc,
+        y->data, param_desc_, gamma->data, beta->data, running_mean->data, running_var->data,
+        kEps));
+    apply_activation();
+  }
+
+  void backward() override {
+    if (!dx_) throw std::logic_error("batch norm backward without dx");
+    const float one = 1.0f, zero = 0.0f;
+    if (fused_) {
+      CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+          be_.cudnn(), kMode, ops_, &one, &zero, &one, &zero, x_->desc, x_->data,
+          as_cuda(y)->desc, y->data, as_cuda(dy)->desc, dy->data,
+          act_ == BnActivation::add_relu ? d_residual_->desc : nullptr,
+          act_ == BnActivation::add_relu ? d_residual_->data : nullptr, dx_->desc, dx_->data,
+          param_desc_, gamma->data, beta->data, gamma_grad->data, beta_grad->data, kEps,
+          saved_mean_->data, saved_inv_var_->data, activation(), be_.workspace(),
+          be_.workspace_bytes(), reserve_data(), reserve_bytes()));
+      return;
+    }
+    // Unfused: the gradient before the ReLU (which, with add_relu, is also the
+    // residual's gradient), then plain batch norm backward.
+    CudaTensor* g = as_cuda(dy);
+    if (act_ != BnActivation::none) {
+      g = act_ == BnActivation::add_relu ? d_residual_ : pre_relu_grad_;
+      relu_backward(y->data, dy->data, g->data, be_.activation_type(),
+                    as_cuda(y)->stored_elements(), be_.stream());
+    }
+    CUDNN_CHECK(cudnnBatchNormalizationBackward(
+        be_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, x_->desc, x_->data,
+        g->desc, g->data, dx_->desc, dx_->data, param_desc_, gamma->data, gamma_grad->data,
+        beta_grad->data, kEps, saved_mean_->data, saved_inv_var_->data));
+  }
+
+ private:
+  static constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+
+  cudnnTensorDescriptor_t z_desc() const {
+    return act_ == BnActivation::add_relu ? residual_->desc : nullptr;
+  }
+  const void* z_data() const { return act_ == BnActivation::add_relu ? residual_->data : nullptr; }
+  cudnnActivationDescriptor_t activation() const {
+    return act_ == BnActivation::none ? nullptr : relu_;
+  }
+  void* reserve_data() const { return reserve_ ? reserve_->data : nullptr; }
+  size_t reserve_bytes() const { return reserve_ ? reserve_->bytes : 0; }
+
+  void apply_activation() {
+    const int64_t n = as_cuda(y)->stored_elements();
+    if (act_ == BnActivation::relu)
+      relu_inplace(y->data, be_.activation_type(), n, be_.stream());
+    else if (act_ == BnActivation::add_relu)
+      add_relu_inplace(y->data, residual_->data, be_.activation_type(), n, be_.stream());
+  }
+
+  CudaBackend& be_;
+  CudaTensor* x_;
+  CudaTensor* dx_;
+  BnActivation act_;
+  CudaTensor* residual_;
+  CudaTensor* d_residual_;
+  cudnnTensorDescriptor_t param_desc_ = nullptr;
+  cudnnActivationDescriptor_t relu_ = nullptr;
+  cudnnBatchNormOps_t ops_ = CUDNN_BATCHNORM_OPS_BN;
+  bool fused_ = false;
+  CudaTensor* saved_mean_ = nullptr;
+  CudaTensor* saved_inv_var_ = nullptr;
+  CudaTensor* reserve_ = nullptr;
+  CudaTensor* pre_relu_grad_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchNormOp> make_batch_norm(CudaBackend& be, const std::string& name,
+                                             CudaTensor* x, CudaTensor* dx, BnActivation act,
+                                             CudaTensor* residual, CudaTensor* d_residual) {
+  return std::make_unique<CudaBatchNorm>(be, name, x, dx, act, residual, d_residual);
+}
+
+}  // namespace xrun::cuda

@@ -1,0 +1,565 @@
+// engine/cuda/cuda_backend.cpp: the CUDA backend's device set-up (stream,
+// cuDNN and cuBLAS handles), memory plan (declare -> check it fits ->
+// allocate: one cudaMalloc per region), canonical <-> device layout exchange
+// through conversion kernels, and batch loading (an asynchronous copy on its
+// own stream, then normalisation on the device).
+#include "engine/cuda/cuda_backend.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "engine/device/device_info.h"
+
+namespace xrun::cuda {
+
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  return buf;
+}
+
+const char* region_name(TensorRole role) {
+  switch (role) {
+    case TensorRole::parameter: return "parameters";
+    case TensorRole::gradient: return "gradients";
+    case TensorRole::state: return "running_stats";
+    case TensorRole::activation: return "activations";
+    case TensorRole::activation_grad: return "activation_gradients";
+    case TensorRole::workspace: return "workspace";
+    case TensorRole::io: return "input";
+  }
+  return "?";
+}
+
+DataType storage_for(const std::string& precision) {
+  if (precision == "fp16") return DataType::f16;
+  if (precision == "bf16") return DataType::bf16;
+  if (precision == "fp32" || precision == "tf32") return DataType::f32;
+  throw std::invalid_argument("unknown precision '" + precision + "'");
+}
+
+// A device buffer for one exchange (write/read): not on the training path.
+struct Staging {
+  void* p = nullptr;
+  explicit Staging(size_t bytes) { CUDA_CHECK(cudaMalloc(&p, bytes > 0 ? bytes : 4)); }
+  ~Staging() { cudaFree(p); }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  float* f() const { return static_cast<float*>(p); }
+};
+
+}  // namespace
+
+// ------------------------------------------------------------- tensors --
+
+CudaTensor::~CudaTensor() {
+  if (desc) cudnnDestroyTensorDescriptor(desc);
+  if (filter) cudnnDestroyFilterDescriptor(filter);
+}
+
+int64_t CudaTensor::stored_elements() const {
+  if (layout == Layout::plain) return numel();
+  const int64_t c = dims.size() > 1 ? dims[1] : 1;
+  return numel() / c * c_pad;
+}
+
+// ------------------------------------------------------------- backend --
+
+CudaBackend::CudaBackend(int device, const BackendOptions& options)
+    : device_(device),
+      precision_(options.precision),
+      act_(storage_for(options.precision)),
+      options_(options) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || device < 0 || device >= count)
+    throw std::runtime_error(
+        "device cuda:" + std::to_string(device) + " is not available: " +
+        (e != cudaSuccess ? std::string(cudaGetErrorString(e))
+                          : std::to_string(count) + " CUDA device(s) on this machine"));
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&cc_minor_, cudaDevAttrComputeCapabilityMinor, device));
+  const int cc = cc_major_ * 10 + cc_minor_;
+  if ((precision_ == "bf16" || precision_ == "tf32") && cc < 80)
+    throw std::runtime_error("precision '" + precision_ + "' needs compute capability 8.0 or " +
+                             "newer; cuda:" + std::to_string(device) + " is " +
+                             std::to_string(cc_major_) + "." + std::to_string(cc_minor_));
+  if (precision_ == "fp16" && cc < 70)
+    throw std::runtime_error("precision 'fp16' needs tensor cores (compute capability 7.0+)");
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&consumed_, cudaEventDisableTiming));
+  CUDNN_CHECK(cudnnCreate(&cudnn_));
+  CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
+  CUBLAS_CHECK(cublasCreate(&cublas_));
+  CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // fp32 means fp32: no TF32 in cuBLAS unless asked for (the compute type
+  // per call decides; this keeps the handle's default math out of it).
+  CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  pointwise_ = make_pointwise(*this);
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (void* p : allocations_) cudaFree(p);
+  if (cublas_) cublasDestroy(cublas_);
+  if (cudnn_) cudnnDestroy(cudnn_);
+  if (copied_) cudaEventDestroy(copied_);
+  if (consumed_) cudaEventDestroy(consumed_);
+  if (copy_stream_) cudaStreamDestroy(copy_stream_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Environment CudaBackend::environment() const {
+  Environment env = collect_environment(name());
+  env.fields["precision"] = precision_;
+  return env;
+}
+
+cudnnDataType_t CudaBackend::cudnn_type() const {
+  switch (act_) {
+    case DataType::f16: return CUDNN_DATA_HALF;
+    case DataType::bf16: return CUDNN_DATA_BFLOAT16;
+    case DataType::f32: break;
+  }
+  return CUDNN_DATA_FLOAT;
+}
+
+cudnnMathType_t CudaBackend::conv_math() const {
+  if (half()) return CUDNN_TENSOR_OP_MATH;
+  return precision_ == "tf32" ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
+cublasComputeType_t CudaBackend::gemm_compute() const {
+  return precision_ == "tf32" ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+cudaDataType_t CudaBackend::gemm_type() const {
+  switch (act_) {
+    case DataType::f16: return CUDA_R_16F;
+    case DataType::bf16: return CUDA_R_16BF;
+    case DataType::f32: break;
+  }
+  return CUDA_R_32F;
+}
+
+void CudaBackend::add_algo_record(ConvAlgoRecord r, double search_ms) {
+  algo_records_.push_back(std::move(r));
+  algo_search_ms_ += search_ms;
+}
+
+const ConvAlgoChoice* CudaBackend::searched(const std::string& key) const {
+  for (const ConvAlgoRecord& r : algo_records_)
+    if (r.key == key && r.source == "benchmark") return &r.choice;
+  return nullptr;
+}
+
+// ---------------------------------------------------------- memory plan --
+
+CudaTensor& CudaBackend::new_tensor(const std::string& name, std::vector<int64_t> dims,
+                                    TensorRole role) {
+  if (allocated_) throw std::logic_error("cuda backend: tensor declared after allocate(): " + name);
+  CudaTensor& t = tensors_.emplace_back();
+  t.name = name;
+  t.dims = std::move(dims);
+  t.role = role;
+  return t;
+}
+
+CudaTensor* CudaBackend::declare_activation(const std::string& name, std::vector<int64_t> dims,
+                                            int64_t c_pad, TensorRole role) {
+  CudaTensor& t = new_tensor(name, std::move(dims), role);
+  const int64_t n = t.dims[0], c = t.dims[1];
+  const int64_t h = t.dims.size() == 4 ? t.dims[2] : 1, w = t.dims.size() == 4 ? t.dims[3] : 1;
+  t.layout = Layout::nhwc;
+  t.storage = act_;
+  t.dtype = act_ == DataType::f32 ? xrun::DType::f32
+            : act_ == DataType::f16 ? xrun::DType::f16
+                                    : xrun::DType::bf16;
+  t.c_pad = std::max(c, c_pad);
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&t.desc));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(t.desc, CUDNN_TENSOR_NHWC, cudnn_type(),
+                                         static_cast<int>(n), static_cast<int>(t.c_pad),
+                                         static_cast<int>(h), static_cast<int>(w)));
+  t.bytes = static_cast<size_t>(t.stored_elements()) * element_size(act_);
+  Region& r = region_of(role);
+  t.offset = r.bytes;
+  r.bytes += round_up(t.bytes);
+  return &t;
+}
+
+std::pair<CudaTensor*, CudaTensor*> CudaBackend::declare_parameter(const std::string& name,
+                                                                   std::vector<int64_t> dims,
+                                                                   Layout layout, int64_t c_pad,
+                                                                   bool compute_copy) {
+  CudaTensor* pair[2];
+  for (int i = 0; i < 2; ++i) {
+    const TensorRole role = i == 0 ? TensorRole::parameter : TensorRole::gradient;
+    CudaTensor& t = new_tensor(i == 0 ? name : name + ".grad", dims, role);
+    t.layout = layout;
+    t.storage = DataType::f32;
+    t.c_pad = layout == Layout::krsc ? std::max(c_pad, t.dims[1]) : 0;
+    if (layout == Layout::krsc) {
+      CUDNN_CHECK(cudnnCreateFilterDescriptor(&t.filter));
+      CUDNN_CHECK(cudnnSetFilter4dDescriptor(
+          t.filter, half() ? cudnn_type() : CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
+          static_cast<int>(t.dims[0]), static_cast<int>(t.c_pad), static_cast<int>(t.dims[2]),
+          static_cast<int>(t.dims[3])));
+    }
+    t.bytes = static_cast<size_t>(t.stored_elements()) * sizeof(float);
+    Region& r = region_of(role);
+    t.offset = r.bytes;
+    r.bytes += round_up(t.bytes);
+    pair[i] = &t;
+  }
+  if (pair[0]->offset != pair[1]->offset)
+    throw std::logic_error("parameter and gradient regions diverged");
+  // The half mirrors are bound in allocate().
+  pair[0]->has_half = pair[1]->has_half = half() && compute_copy;
+  return {pair[0], pair[1]};
+}
+
+CudaTensor* CudaBackend::declare_buffer(const std::string& name, std::vector<int64_t> dims,
+                                        size_t bytes, TensorRole role, DataType storage) {
+  CudaTensor& t = new_tensor(name, std::move(dims), role);
+  t.layout = Layout::plain;
+  t.storage = storage;
+  t.bytes = bytes;
+  Region& r = region_of(role);
+  t.offset = r.bytes;
+  r.bytes += round_up(bytes);
+  return &t;
+}
+
+void CudaBackend::need_workspace(size_t bytes) { workspace_bytes_ = std::max(workspace_bytes_, bytes); }
+
+void CudaBackend::declare_mirror(const std::string& name) {
+  if (allocated_) throw std::logic_error("cuda backend: mirror declared after allocate(): " + name);
+  mirrors_[name];
+}
+
+float* CudaBackend::mirror_region(const std::string& name) const {
+  auto it = mirrors_.find(name);
+  if (it == mirrors_.end() || !allocated_)
+    throw std::logic_error("cuda backend: region " + name + " was not declared and allocated");
+  return reinterpret_cast<float*>(it->second.base);
+}
+
+float* CudaBackend::region(TensorRole role) const {
+  return reinterpret_cast<float*>(region_of(role).base);
+}
+
+int64_t CudaBackend::parameter_count() const {
+  return static_cast<int64_t>(region_of(TensorRole::parameter).bytes / sizeof(float));
+}
+
+std::vector<MemoryRecord> CudaBackend::memory_plan() const {
+  std::vector<MemoryRecord> out;
+  for (size_t i = 0; i < regions_.size(); ++i)
+    if (regions_[i].bytes > 0)
+      out.push_back({region_name(static_cast<TensorRole>(i)),
+                     static_cast<int64_t>(regions_[i].bytes)});
+  const int64_t params = static_cast<int64_t>(region_of(TensorRole::parameter).bytes);
+  if (half()) {
+    out.push_back({"parameters.half", params / 2});
+    out.push_back({"gradients.half", params / 2});
+  }
+  for (const auto& [name, r] : mirrors_) out.push_back({"optimizer." + name, params});
+  out.push_back({"conv_workspace", static_cast<int64_t>(workspace_bytes_)});
+  if (input_)
+    out.push_back({"input.staging", input_->dims[0] * (input_->dims[1] * input_->dims[2] *
+                                                           input_->dims[3] + 4)});
+  return out;
+}
+
+void CudaBackend::check_memory_fits() const {
+  int64_t total = 0;
+  for (const MemoryRecord& m : memory_plan()) total += m.bytes;
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  // cuDNN/cuBLAS keep some memory of their own: leave 5% and 256 MiB.
+  const int64_t usable = static_cast<int64_t>(free_bytes) - static_cast<int64_t>(total_bytes / 20) -
+                         (int64_t{256} << 20);
+  if (total <= usable) return;
+  const int64_t batch = input_ ? input_->dims[0] : 1;
+  int64_t per_batch = 0;
+  for (TensorRole role : {TensorRole::activation, TensorRole::activation_grad,
+                          TensorRole::workspace, TensorRole::io})
+    per_batch += static_cast<int64_t>(region_of(role).bytes);
+  const int64_t fixed = total - per_batch;
+  const int64_t per_sample = std::max<int64_t>(1, per_batch / batch);
+  const int64_t fits = std::max<int64_t>(0, (usable - fixed) / per_sample) / 8 * 8;
+  throw std::runtime_error(
+      "batch " + std::to_string(batch) + " does not fit on " + name() + ": the plan needs " +
+      gib(total) + " (" + gib(per_batch) + " of it grows with the batch), " + gib(usable) +
+      " is usable; " +
+      (fits > 0 ? "the largest batch that fits is about " + std::to_string(fits)
+                : std::string("no batch fits")));
+}
+
+void* CudaBackend::device_alloc(size_t bytes, const char* what) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("out of device memory allocating ") + what + " (" +
+                             gib(static_cast<int64_t>(bytes)) + "): " + cudaGetErrorString(e));
+  allocations_.push_back(p);
+  allocated_bytes_ += static_cast<int64_t>(bytes);
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+  return p;
+}
+
+void CudaBackend::allocate() {
+  if (allocated_) throw std::logic_error("cuda backend: allocate() called twice");
+  check_memory_fits();
+  allocated_ = true;
+  for (size_t i = 0; i < regions_.size(); ++i)
+    regions_[i].base = static_cast<char*>(
+        device_alloc(regions_[i].bytes, region_name(static_cast<TensorRole>(i))));
+  const size_t param_bytes = region_of(TensorRole::parameter).bytes;
+  for (auto& [name, r] : mirrors_) {
+    r.bytes = param_bytes;
+    r.base = static_cast<char*>(device_alloc(param_bytes, name.c_str()));
+  }
+  if (half()) {
+    half_weights_ = device_alloc(param_bytes / 2, "half weights");
+    half_grads_ = device_alloc(param_bytes / 2, "half gradients");
+  }
+  workspace_ = device_alloc(workspace_bytes_, "convolution workspace");
+  if (input_) {
+    image_staging_ = static_cast<uint8_t*>(device_alloc(
+        static_cast<size_t>(input_->dims[0] * input_->dims[1] * input_->dims[2] * input_->dims[3]),
+        "uint8 images"));
+    label_staging_ = static_cast<int32_t*>(
+        device_alloc(static_cast<size_t>(input_->dims[0]) * sizeof(int32_t), "labels"));
+  }
+  for (CudaTensor& t : tensors_) {
+    t.data = region_of(t.role).base + t.offset;
+    // Half mirrors: the same element offset, two bytes per element.
+    if (t.has_half && t.role == TensorRole::parameter)
+      t.half_weights = static_cast<char*>(half_weights_) + t.offset / 2;
+    if (t.has_half && t.role == TensorRole::gradient)
+      t.half_grad = static_cast<char*>(half_grads_) + t.offset / 2;
+  }
+  if (workspace_) CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_, workspace_bytes_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (CudaOp* op : ops_) op->bind();
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+int64_t CudaBackend::peak_memory_bytes() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return allocated_bytes_;
+  // What this process and its libraries hold on the device now: the plan is
+  // allocated once, so this is the peak.
+  return static_cast<int64_t>(total_bytes - free_bytes);
+}
+
+// --------------------------------------------------------------- tensors --
+
+Tensor* CudaBackend::tensor_like(const Tensor* like, const std::string& name, TensorRole role) {
+  const CudaTensor* l = as_cuda(like);
+  if (l->layout != Layout::nhwc) throw std::logic_error("tensor_like needs an activation: " + name);
+  return declare_activation(name, l->dims, l->c_pad, role);
+}
+
+Tensor* CudaBackend::input(int64_t n, int64_t c, int64_t h, int64_t w) {
+  if (input_) throw std::logic_error("cuda backend: input() called twice");
+  if (c > 16) throw std::invalid_argument("cuda backend: at most 16 input channels");
+  // Tensor cores want channel counts that are multiples of 8 in fp16/bf16:
+  // the 1- or 3-channel input is padded with zero channels.
+  const int64_t c_pad = half() ? (c + 7) / 8 * 8 : c;
+  input_ = declare_activation("input", {n, c, h, w}, c_pad, TensorRole::io);
+  return input_;
+}
+
+std::unique_ptr<ConvOp> CudaBackend::conv(const std::string& name, const ConvShape& shape,
+                                          Tensor* x, Tensor* dx) {
+  return make_conv(*this, name, shape, as_cuda(x), as_cuda(dx));
+}
+
+std::unique_ptr<BatchNormOp> CudaBackend::batch_norm(const std::string& name, Tensor* x,
+                                                     Tensor* dx, BnActivation act,
+                                                     Tensor* residual, Tensor* d_residual) {
+  return make_batch_norm(*this, name, as_cuda(x), as_cuda(dx), act, as_cuda(residual),
+                         as_cuda(d_residual));
+}
+
+std::unique_ptr<PoolOp> CudaBackend::max_pool(const std::string& name, Tensor* x, Tensor* dx,
+                                              int64_t kernel, int64_t stride, int64_t pad) {
+  return make_max_pool(*this, name, as_cuda(x), as_cuda(dx), kernel, stride, pad);
+}
+
+std::unique_ptr<PoolOp> CudaBackend::global_avg_pool(const std::string& name, Tensor* x,
+                                                     Tensor* dx) {
+  return make_global_avg_pool(*this, name, as_cuda(x), as_cuda(dx));
+}
+
+std::unique_ptr<LinearOp> CudaBackend::linear(const std::string& name, Tensor* x, Tensor* dx,
+                                              int64_t out_features) {
+  return make_linear(*this, name, as_cuda(x), as_cuda(dx), out_features);
+}
+
+std::unique_ptr<LossOp> CudaBackend::softmax_cross_entropy(Tensor* logits, Tensor* dlogits) {
+  if (labels_) throw std::logic_error("cuda backend: one loss per model");
+  const int64_t n = logits->dims[0];
+  labels_ = declare_buffer("labels", {n}, static_cast<size_t>(n) * sizeof(int32_t),
+                           TensorRole::io);
+  labels_->dtype = DType::i32;
+  return make_softmax_cross_entropy(*this, as_cuda(logits), as_cuda(dlogits), labels_);
+}
+
+PointwiseOps& CudaBackend::pointwise() { return *pointwise_; }
+
+std::unique_ptr<OptimizerOp> CudaBackend::optimizer(const OptimizerSettings& settings,
+                                                    bool accumulation) {
+  return make_optimizer(*this, settings, accumulation);
+}
+
+// ------------------------------------------------------ canonical data --
+
+void CudaBackend::write(Tensor* tensor, std::span<const float> canonical) {
+  CudaTensor* t = as_cuda(tensor);
+  if (static_cast<int64_t>(canonical.size()) != t->numel())
+    throw std::invalid_argument("write " + t->name + ": " + std::to_string(canonical.size()) +
+                                " values for " + std::to_string(t->numel()) + " elements");
+  if (!t->data) throw std::logic_error("write before allocate(): " + t->name);
+  Staging src(canonical.size_bytes());
+  CUDA_CHECK(cudaMemcpyAsync(src.p, canonical.data(), canonical.size_bytes(),
+                             cudaMemcpyHostToDevice, stream_));
+  const auto& d = t->dims;
+  switch (t->layout) {
+    case Layout::nhwc:
+      nchw_to_nhwc(src.f(), t->data, t->storage, d[0], d[1], d.size() == 4 ? d[2] : 1,
+                   d.size() == 4 ? d[3] : 1, t->c_pad, stream_);
+      break;
+    case Layout::krsc:
+      nchw_to_nhwc(src.f(), t->data, DataType::f32, d[0], d[1], d[2], d[3], t->c_pad, stream_);
+      break;
+    case Layout::plain:
+      if (t->storage != DataType::f32) throw std::logic_error("write to a non-float buffer");
+      CUDA_CHECK(cudaMemcpyAsync(t->data, src.p, canonical.size_bytes(), cudaMemcpyDeviceToDevice,
+                                 stream_));
+      break;
+  }
+  // Parameters: refresh the compute copy.
+  if (t->role == TensorRole::parameter && t->half_weights)
+    cast_from_float(static_cast<const float*>(t->data), t->half_weights, act_,
+                    t->stored_elements(), stream_);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::read(const Tensor* tensor, std::span<float> canonical) {
+  const CudaTensor* t = as_cuda(tensor);
+  if (static_cast<int64_t>(canonical.size()) != t->numel())
+    throw std::invalid_argument("read " + t->name + ": room for " +
+                                std::to_string(canonical.size()) + " values, tensor has " +
+                                std::to_string(t->numel()));
+  if (!t->data) throw std::logic_error("read before allocate(): " + t->name);
+  Staging dst(canonical.size_bytes());
+  const void* src = t->data;
+  std::unique_ptr<Staging> sum;
+  if (t->role == TensorRole::gradient && t->half_grad) {
+    // A gradient written in half precision: the effective gradient is the
+    // fp32 part (zero here) plus the half part.
+    sum = std::make_unique<Staging>(static_cast<size_t>(t->stored_elements()) * sizeof(float));
+    GradientSource g;
+    g.g32 = static_cast<const float*>(t->data);
+    g.g16 = t->half_grad;
+    g.half_type = act_;
+    accumulate_gradients(sum->f(), g, t->stored_elements(), true, stream_);
+    src = sum->p;
+  }
+  const auto& d = t->dims;
+  switch (t->layout) {
+    case Layout::nhwc:
+      nhwc_to_nchw(src, t->storage, dst.f(), d[0], d[1], d.size() == 4 ? d[2] : 1,
+                   d.size() == 4 ? d[3] : 1, t->c_pad, stream_);
+      break;
+    case Layout::krsc:
+      nhwc_to_nchw(src, DataType::f32, dst.f(), d[0], d[1], d[2], d[3], t->c_pad, stream_);
+      break;
+    case Layout::plain:
+      if (t->storage != DataType::f32) throw std::logic_error("read of a non-float buffer");
+      CUDA_CHECK(cudaMemcpyAsync(dst.p, src, canonical.size_bytes(), cudaMemcpyDeviceToDevice,
+                                 stream_));
+      break;
+  }
+  CUDA_CHECK(cudaMemcpyAsync(canonical.data(), dst.p, canonical.size_bytes(),
+                             cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::write_labels(std::span<const int32_t> labels) {
+  if (!labels_) throw std::logic_error("write_labels: model has no loss");
+  if (static_cast<int64_t>(labels.size()) != labels_->dims[0])
+    throw std::invalid_argument("write_labels: " + std::to_string(labels.size()) +
+                                " labels for a batch of " + std::to_string(labels_->dims[0]));
+  CUDA_CHECK(cudaMemcpyAsync(labels_->data, labels.data(), labels.size_bytes(),
+                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::load_batch(const uint8_t* images, const int32_t* labels, int count,
+                             std::span<const float> mean, std::span<const float> std) {
+  if (!input_ || !labels_) throw std::logic_error("load_batch: model has no input or loss");
+  const int64_t n = input_->dims[0], c = input_->dims[1], h = input_->dims[2],
+                w = input_->dims[3];
+  if (count > n) throw std::invalid_argument("load_batch: batch larger than the plan");
+  if (static_cast<int64_t>(mean.size()) != c || static_cast<int64_t>(std.size()) != c)
+    throw std::invalid_argument("load_batch: mean/std need one value per channel");
+  Normalisation norm{};
+  for (int64_t ch = 0; ch < c; ++ch) {
+    norm.scale[ch] = 1.0f / (255.0f * std[ch]);
+    norm.shift[ch] = -mean[ch] / std[ch];
+  }
+  const size_t image_bytes = static_cast<size_t>(count * c * h * w);
+  // The copy waits until the previous batch's normalisation has read the
+  // staging buffer, runs on its own stream (asynchronous from pinned host
+  // memory), and the compute stream waits for it.
+  CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, consumed_, 0));
+  CUDA_CHECK(cudaMemcpyAsync(image_staging_, images, image_bytes, cudaMemcpyHostToDevice,
+                             copy_stream_));
+  CUDA_CHECK(cudaMemcpyAsync(label_staging_, labels, static_cast<size_t>(count) * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, copy_stream_));
+  CUDA_CHECK(cudaEventRecord(copied_, copy_stream_));
+  // The compute stream replaces the labels once the last loss has read them.
+  CUDA_CHECK(cudaStreamWaitEvent(stream_, copied_, 0));
+  CUDA_CHECK(cudaMemcpyAsync(labels_->data, label_staging_,
+                             static_cast<size_t>(count) * sizeof(int32_t),
+                             cudaMemcpyDeviceToDevice, stream_));
+  if (count < n)  // padded rows: label 0, never counted (valid rows only)
+    CUDA_CHECK(cudaMemsetAsync(static_cast<int32_t*>(labels_->data) + count, 0,
+                               static_cast<size_t>(n - count) * sizeof(int32_t), stream_));
+  normalize_images(image_staging_, input_->data, act_, n, count, c, h, w, input_->c_pad, norm,
+                   stream_);
+  CUDA_CHECK(cudaEventRecord(consumed_, stream_));
+  // The caller reuses `images` once this returns.
+  CUDA_CHECK(cudaEventSynchronize(copied_));
+}
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void* CudaBackend::allocate_host(size_t bytes, bool pinned) {
+  if (!pinned) return Backend::allocate_host(bytes, false);
+  void* p = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  return p;
+}
+
+void CudaBackend::free_host(void* p, bool pinned) {
+  if (!pinned) return Backend::free_host(p, false);
+  cudaFreeHost(p);
+}
+
+}  // namespace xrun::cuda

@@ -1,0 +1,31 @@
+// engine/cuda/cuda_check.cpp: the error messages behind cuda_check.h.
+#include "engine/cuda/cuda_check.h"
+
+namespace xrun::cuda {
+
+void throw_cuda_error(const char* library, const char* call, const char* file, int line,
+                      const std::string& message) {
+  std::string f = file;
+  const auto slash = f.rfind("engine/");
+  if (slash != std::string::npos) f = f.substr(slash);
+  throw CudaError(std::string(library) + " call failed at " + f + ":" + std::to_string(line) +
+                  ": " + call + ": " + message);
+}
+
+const char* cublas_status_name(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+  }
+  return "unknown cuBLAS status";
+}
+
+}  // namespace xrun::cuda

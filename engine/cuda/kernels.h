@@ -1,0 +1,108 @@
+// engine/cuda/kernels.h: xrun's own CUDA kernels, as host-callable launchers
+// (the kernels themselves are in layout.cu, pointwise.cu, loss.cu and
+// optimizer.cu). Activations are NHWC in the run's activation type (fp32,
+// fp16 or bf16); parameters, gradients and optimizer state are fp32 in flat
+// regions; the fp16/bf16 copies of the weights sit in a mirror region at the
+// same element offsets. Every launcher queues work on `stream` and returns.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace xrun::cuda {
+
+enum class DataType : uint8_t { f32, f16, bf16 };
+size_t element_size(DataType t);
+
+// ---- layouts (layout.cu) --------------------------------------------------
+// Canonical fp32 NCHW (or OIHW) <-> the device layout NHWC (or KRSC) in
+// `dt`, with the channel dimension padded to c_pad (padding written as 0).
+void nchw_to_nhwc(const float* src, void* dst, DataType dt, int64_t n, int64_t c, int64_t h,
+                  int64_t w, int64_t c_pad, cudaStream_t stream);
+void nhwc_to_nchw(const void* src, DataType dt, float* dst, int64_t n, int64_t c, int64_t h,
+                  int64_t w, int64_t c_pad, cudaStream_t stream);
+// Plain element-wise conversions.
+void cast_from_float(const float* src, void* dst, DataType dt, int64_t count,
+                     cudaStream_t stream);
+void cast_to_float(const void* src, DataType dt, float* dst, int64_t count, cudaStream_t stream);
+
+// uint8 NCHW images -> normalised NHWC activations: x = pixel * scale[c] +
+// shift[c]; rows >= count and channels >= c are zero.
+struct Normalisation {
+  float scale[16];
+  float shift[16];
+};
+void normalize_images(const uint8_t* images, void* dst, DataType dt, int64_t n, int64_t count,
+                      int64_t c, int64_t h, int64_t w, int64_t c_pad, const Normalisation& norm,
+                      cudaStream_t stream);
+
+// ---- pointwise (pointwise.cu) ---------------------------------------------
+void add_inplace(void* dst, const void* src, DataType dt, int64_t count, cudaStream_t stream);
+void relu_inplace(void* y, DataType dt, int64_t count, cudaStream_t stream);
+// y = max(y + residual, 0)
+void add_relu_inplace(void* y, const void* residual, DataType dt, int64_t count,
+                      cudaStream_t stream);
+// dx = dy where y > 0, else 0
+void relu_backward(const void* y, const void* dy, void* dx, DataType dt, int64_t count,
+                   cudaStream_t stream);
+// y[r, :] += bias (bias fp32)
+void add_bias(void* y, DataType dt, const float* bias, int64_t rows, int64_t cols,
+              cudaStream_t stream);
+// db[c] = sum_r dy[r, c] (into fp32, overwriting)
+void bias_grad(const void* dy, DataType dt, float* db, int64_t rows, int64_t cols,
+               cudaStream_t stream);
+// Global average pooling over H*W of NHWC x -> [N, C]; and its backward.
+void global_avg_pool(const void* x, void* y, DataType dt, int64_t n, int64_t hw, int64_t c,
+                     cudaStream_t stream);
+void global_avg_pool_backward(const void* dy, void* dx, DataType dt, int64_t n, int64_t hw,
+                              int64_t c, cudaStream_t stream);
+
+// ---- loss (loss.cu) ---------------------------------------------------------
+// Sums kept on the device between reads, so no step has to wait for the host.
+struct LossTotals {
+  double loss_sum;
+  unsigned long long correct;
+  unsigned long long rows;
+  unsigned int bad_label;
+};
+// Softmax cross-entropy over [rows, classes] logits; rows >= valid are
+// ignored (and get zero gradient). With backward, dlogits = (softmax -
+// onehot) * grad_scale / valid.
+void softmax_cross_entropy(const void* logits, void* dlogits, DataType dt, const int32_t* labels,
+                           int64_t rows, int64_t valid, int64_t classes, float grad_scale,
+                           bool backward, LossTotals* totals, cudaStream_t stream);
+
+// ---- optimizer (optimizer.cu) -------------------------------------------------
+// Gradients of a parameter arrive in one of two regions: fp32 (batch norm,
+// biases) or the half-precision mirror (convolution and fc weights in
+// fp16/bf16 runs); the other region holds zero there. Kernels read g =
+// g32[i] + g16[i] (g16 may be null) times inv_scale.
+struct GradientSource {
+  const float* g32 = nullptr;
+  const void* g16 = nullptr;  // DataType half_type
+  DataType half_type = DataType::f16;
+  float inv_scale = 1.0f;
+};
+// found_inf := 1 if any gradient is inf or NaN (left untouched otherwise).
+void check_finite(const GradientSource& g, int64_t count, int* found_inf, cudaStream_t stream);
+
+struct AdamWArgs {
+  float lr, weight_decay, beta1, beta2, eps, step_size, bc2_sqrt;
+};
+struct SgdArgs {
+  float lr, weight_decay, momentum;
+  bool nesterov, first;
+};
+// Updates fp32 master weights (and writes the half copy `p16` when given).
+// When found_inf is non-null and set, the step changes nothing.
+void adamw_step(float* p, void* p16, DataType half_type, const GradientSource& g, float* m,
+                float* v, int64_t count, const AdamWArgs& a, const int* found_inf,
+                cudaStream_t stream);
+void sgd_step(float* p, void* p16, DataType half_type, const GradientSource& g, float* buf,
+              int64_t count, const SgdArgs& a, const int* found_inf, cudaStream_t stream);
+// acc = g (first) or acc += g, with g = g32 + g16 as above (inv_scale 1).
+void accumulate_gradients(float* acc, const GradientSource& g, int64_t count, bool first,
+                          cudaStream_t stream);
+
+}  // namespace xrun::cuda

@@ -1,0 +1,57 @@
+// engine/cuda/loss.cpp: the softmax cross-entropy op around loss.cu's fused
+// kernel. Totals stay on the device until read_results(), which copies them
+// back (the only synchronisation the loss asks for) and clears them.
+#include <stdexcept>
+
+#include "engine/cuda/cuda_backend.h"
+
+namespace xrun::cuda {
+
+namespace {
+
+class CudaLoss final : public LossOp {
+ public:
+  CudaLoss(CudaBackend& be, CudaTensor* logits, CudaTensor* dlogits, CudaTensor* labels_tensor)
+      : be_(be), logits_(logits), dlogits_(dlogits) {
+    if (logits->dims.size() != 2) throw std::logic_error("softmax cross-entropy needs [N, K] logits");
+    labels = labels_tensor;
+    totals_ = be.declare_buffer("loss.totals", {1}, sizeof(LossTotals), TensorRole::workspace);
+  }
+
+  void forward_backward(int valid_rows, float grad_scale) override {
+    run(valid_rows, true, grad_scale);
+  }
+  void forward(int valid_rows) override { run(valid_rows, false, 0.0f); }
+
+  Results read_results() override {
+    LossTotals t{};
+    CUDA_CHECK(cudaMemcpyAsync(&t, totals_->data, sizeof t, cudaMemcpyDeviceToHost, be_.stream()));
+    CUDA_CHECK(cudaMemsetAsync(totals_->data, 0, sizeof t, be_.stream()));
+    CUDA_CHECK(cudaStreamSynchronize(be_.stream()));
+    if (t.bad_label) throw std::runtime_error("loss: a label is outside [0, num_classes)");
+    return {t.loss_sum, static_cast<int64_t>(t.correct), static_cast<int>(t.rows)};
+  }
+
+ private:
+  void run(int valid, bool backward, float grad_scale) {
+    const int64_t n = logits_->dims[0], k = logits_->dims[1];
+    if (valid < 0 || valid > n) throw std::invalid_argument("loss: valid rows out of range");
+    softmax_cross_entropy(logits_->data, dlogits_->data, be_.activation_type(),
+                          static_cast<const int32_t*>(labels->data), n, valid, k, grad_scale,
+                          backward, static_cast<LossTotals*>(totals_->data), be_.stream());
+  }
+
+  CudaBackend& be_;
+  CudaTensor* logits_;
+  CudaTensor* dlogits_;
+  CudaTensor* totals_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<LossOp> make_softmax_cross_entropy(CudaBackend& be, CudaTensor* logits,
+                                                   CudaTensor* dlogits, CudaTensor* labels) {
+  return std::make_unique<CudaLoss>(be, logits, dlogits, labels);
+}
+
+}  // namespace xrun::cuda

@@ -1,0 +1,163 @@
+// engine/cuda/optimizer_op.cpp: the optimizer op family on the device:
+// AdamW / SGD over the flat fp32 parameter region in one kernel (optimizer.cu),
+// reading gradients from the fp32 region plus, in fp16/bf16 runs, the
+// half-precision gradient mirror, and refreshing the half weight copies; the
+// inf/NaN check that lets an fp16 step be skipped on the device with no
+// host round trip; gradient accumulation; optimizer state as canonical
+// tensors for checkpoints.
+#include <cmath>
+#include <stdexcept>
+
+#include "engine/cuda/cuda_backend.h"
+
+namespace xrun::cuda {
+
+namespace {
+
+class CudaOptimizer final : public OptimizerOp {
+ public:
+  CudaOptimizer(CudaBackend& be, const OptimizerSettings& s, bool accumulation)
+      : be_(be), s_(s), accumulation_(accumulation) {
+    if (s.name != "adamw" && s.name != "sgd")
+      throw std::invalid_argument("unknown optimizer '" + s.name + "'");
+    for (const std::string& state : state_names()) be.declare_mirror(state);
+    if (accumulation) be.declare_mirror("grad_accum");
+    found_inf_ = be.declare_buffer("optimizer.found_inf", {1}, sizeof(int), TensorRole::workspace);
+  }
+
+  std::vector<std::string> state_names() const override {
+    if (s_.name == "adamw") return {"exp_avg", "exp_avg_sq"};
+    if (s_.momentum != 0) return {"momentum_buffer"};
+    return {};
+  }
+
+  void step(const OptimizerStep& st) override {
+    GradientSource g = gradients();
+    g.inv_scale = 1.0f / st.grad_scale;
+    const int64_t n = be_.parameter_count();
+    int* flag = nullptr;
+    checked_ = st.check_finite;
+    if (st.check_finite) {
+      flag = static_cast<int*>(found_inf_->data);
+      CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), be_.stream()));
+      check_finite(g, n, flag, be_.stream());
+    }
+    float* p = be_.region(TensorRole::parameter);
+    void* p16 = be_.half_weights_region();
+    if (s_.name == "adamw") {
+      AdamWArgs a;
+      a.lr = static_cast<float>(st.lr);
+      a.weight_decay = static_cast<float>(s_.weight_decay);
+      a.beta1 = static_cast<float>(s_.beta1);
+      a.beta2 = static_cast<float>(s_.beta2);
+      a.eps = static_cast<float>(s_.eps);
+      a.step_size = static_cast<float>(st.lr / (1.0 - std::pow(s_.beta1, double(st.step))));
+      a.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(s_.beta2, double(st.step))));
+      adamw_step(p, p16, be_.activation_type(), g, be_.mirror_region("exp_avg"),
+                 be_.mirror_region("exp_avg_sq"), n, a, flag, be_.stream());
+    } else {
+      SgdArgs a;
+      a.lr = static_cast<float>(st.lr);
+      a.weight_decay = static_cast<float>(s_.weight_decay);
+      a.momentum = static_cast<float>(s_.momentum);
+      a.nesterov = s_.nesterov;
+      a.first = !momentum_started_;
+      float* buf = s_.momentum != 0 ? be_.mirror_region("momentum_buffer") : nullptr;
+      sgd_step(p, p16, be_.activation_type(), g, buf, n, a, flag, be_.stream());
+      // If this first step turns out skipped (found_inf), the buffer is still
+      // unset and the next applied step starts it.
+      first_pending_ = buf != nullptr && a.first;
+      momentum_started_ = momentum_started_ || buf != nullptr;
+    }
+  }
+
+  bool found_inf() override {
+    if (!checked_) return false;
+    int flag = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&flag, found_inf_->data, sizeof flag, cudaMemcpyDeviceToHost,
+                               be_.stream()));
+    CUDA_CHECK(cudaStreamSynchronize(be_.stream()));
+    if (flag && first_pending_) momentum_started_ = false;
+    first_pending_ = false;
+    return flag != 0;
+  }
+
+  void zero_grad() override {
+    const size_t bytes = static_cast<size_t>(be_.parameter_count()) * sizeof(float);
+    CUDA_CHECK(cudaMemsetAsync(be_.region(TensorRole::gradient), 0, bytes, be_.stream()));
+    if (be_.half_grads_region())
+      CUDA_CHECK(cudaMemsetAsync(be_.half_grads_region(), 0, bytes / 2, be_.stream()));
+  }
+
+  void accumulate_begin() override { accumulate(true); }
+  void accumulate_add() override { accumulate(false); }
+  void accumulate_end() override {
+    need_accumulation();
+    // The sum goes back to the fp32 gradients; the half part is now in it.
+    const size_t bytes = static_cast<size_t>(be_.parameter_count()) * sizeof(float);
+    CUDA_CHECK(cudaMemcpyAsync(be_.region(TensorRole::gradient), be_.mirror_region("grad_accum"),
+                               bytes, cudaMemcpyDeviceToDevice, be_.stream()));
+    if (be_.half_grads_region())
+      CUDA_CHECK(cudaMemsetAsync(be_.half_grads_region(), 0, bytes / 2, be_.stream()));
+  }
+
+  void read_state(int which, const Tensor* param, std::span<float> canonical) override {
+    CudaTensor v = view(which, param);
+    be_.read(&v, canonical);
+  }
+  void write_state(int which, const Tensor* param, std::span<const float> canonical) override {
+    CudaTensor v = view(which, param);
+    be_.write(&v, canonical);
+    if (s_.name == "sgd") momentum_started_ = true;
+  }
+
+ private:
+  GradientSource gradients() const {
+    GradientSource g;
+    g.g32 = be_.region(TensorRole::gradient);
+    g.g16 = be_.half_grads_region();
+    g.half_type = be_.activation_type();
+    return g;
+  }
+  void need_accumulation() const {
+    if (!accumulation_) throw std::logic_error("optimizer made without accumulation");
+  }
+  void accumulate(bool first) {
+    need_accumulation();
+    accumulate_gradients(be_.mirror_region("grad_accum"), gradients(), be_.parameter_count(),
+                         first, be_.stream());
+  }
+  // A tensor with the parameter's layout over the state region at its offset.
+  CudaTensor view(int which, const Tensor* param) {
+    if (param->role != TensorRole::parameter)
+      throw std::invalid_argument(param->name + " is not a parameter");
+    const CudaTensor* p = as_cuda(param);
+    CudaTensor v;
+    v.name = p->name + "." + state_names().at(which);
+    v.dims = p->dims;
+    v.layout = p->layout;
+    v.storage = DataType::f32;
+    v.c_pad = p->c_pad;
+    v.bytes = p->bytes;
+    v.role = TensorRole::state;
+    v.data = reinterpret_cast<char*>(be_.mirror_region(state_names().at(which))) + p->offset;
+    return v;
+  }
+
+  CudaBackend& be_;
+  OptimizerSettings s_;
+  bool accumulation_;
+  CudaTensor* found_inf_ = nullptr;
+  bool checked_ = false;
+  bool momentum_started_ = false;
+  bool first_pending_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<OptimizerOp> make_optimizer(CudaBackend& be, const OptimizerSettings& settings,
+                                            bool accumulation) {
+  return std::make_unique<CudaOptimizer>(be, settings, accumulation);
+}
+
+}  // namespace xrun::cuda

@@ -1,0 +1,113 @@
+// engine/cuda/pointwise.cu: element-wise kernels on NHWC activations
+// (residual sums, ReLU and its backward where cuDNN's fused batch norm is
+// not used), the fc layer's bias and its gradient, global average pooling.
+// All arithmetic in fp32, whatever the storage type.
+#include <type_traits>
+
+#include "engine/cuda/cuda_types.cuh"
+
+namespace xrun::cuda {
+
+namespace {
+
+template <class T>
+__global__ void add_kernel(T* dst, const T* src, int64_t count) {
+  XRUN_GRID_LOOP(i, count) dst[i] = from_float<T>(to_float(dst[i]) + to_float(src[i]));
+}
+
+template <class T>
+__global__ void relu_kernel(T* y, int64_t count) {
+  XRUN_GRID_LOOP(i, count) y[i] = from_float<T>(fmaxf(to_float(y[i]), 0.0f));
+}
+
+template <class T>
+__global__ void add_relu_kernel(T* y, const T* r, int64_t count) {
+  XRUN_GRID_LOOP(i, count) y[i] = from_float<T>(fmaxf(to_float(y[i]) + to_float(r[i]), 0.0f));
+}
+
+template <class T>
+__global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, int64_t count) {
+  XRUN_GRID_LOOP(i, count) dx[i] = to_float(y[i]) > 0.0f ? dy[i] : from_float<T>(0.0f);
+}
+
+template <class T>
+__global__ void add_bias_kernel(T* y, const float* bias, int64_t rows, int64_t cols) {
+  XRUN_GRID_LOOP(i, rows * cols) y[i] = from_float<T>(to_float(y[i]) + bias[i % cols]);
+}
+
+template <class T>
+__global__ void bias_grad_kernel(const T* dy, float* db, int64_t rows, int64_t cols) {
+  XRUN_GRID_LOOP(c, cols) {
+    float sum = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) sum += to_float(dy[r * cols + c]);
+    db[c] = sum;
+  }
+}
+
+template <class T>
+__global__ void avg_pool_kernel(const T* x, T* y, int64_t n, int64_t hw, int64_t c) {
+  XRUN_GRID_LOOP(i, n * c) {
+    const int64_t img = i / c, ch = i % c;
+    float sum = 0.0f;
+    for (int64_t p = 0; p < hw; ++p) sum += to_float(x[(img * hw + p) * c + ch]);
+    y[i] = from_float<T>(sum / static_cast<float>(hw));
+  }
+}
+
+template <class T>
+__global__ void avg_pool_backward_kernel(const T* dy, T* dx, int64_t n, int64_t hw, int64_t c) {
+  XRUN_GRID_LOOP(i, n * hw * c) {
+    const int64_t ch = i % c, img = i / (hw * c);
+    dx[i] = from_float<T>(to_float(dy[img * c + ch]) / static_cast<float>(hw));
+  }
+}
+
+}  // namespace
+
+#define XRUN_LAUNCH(kernel, count, ...)                                           \
+  dispatch(dt, [&](auto* tag) {                                                   \
+    using T = std::remove_pointer_t<decltype(tag)>;                               \
+    kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(__VA_ARGS__);          \
+  })
+
+void add_inplace(void* dst, const void* src, DataType dt, int64_t count, cudaStream_t stream) {
+  XRUN_LAUNCH(add_kernel, count, static_cast<T*>(dst), static_cast<const T*>(src), count);
+}
+
+void relu_inplace(void* y, DataType dt, int64_t count, cudaStream_t stream) {
+  XRUN_LAUNCH(relu_kernel, count, static_cast<T*>(y), count);
+}
+
+void add_relu_inplace(void* y, const void* residual, DataType dt, int64_t count,
+                      cudaStream_t stream) {
+  XRUN_LAUNCH(add_relu_kernel, count, static_cast<T*>(y), static_cast<const T*>(residual), count);
+}
+
+void relu_backward(const void* y, const void* dy, void* dx, DataType dt, int64_t count,
+                   cudaStream_t stream) {
+  XRUN_LAUNCH(relu_backward_kernel, count, static_cast<const T*>(y), static_cast<const T*>(dy),
+              static_cast<T*>(dx), count);
+}
+
+void add_bias(void* y, DataType dt, const float* bias, int64_t rows, int64_t cols,
+              cudaStream_t stream) {
+  XRUN_LAUNCH(add_bias_kernel, rows * cols, static_cast<T*>(y), bias, rows, cols);
+}
+
+void bias_grad(const void* dy, DataType dt, float* db, int64_t rows, int64_t cols,
+               cudaStream_t stream) {
+  XRUN_LAUNCH(bias_grad_kernel, cols, static_cast<const T*>(dy), db, rows, cols);
+}
+
+void global_avg_pool(const void* x, void* y, DataType dt, int64_t n, int64_t hw, int64_t c,
+                     cudaStream_t stream) {
+  XRUN_LAUNCH(avg_pool_kernel, n * c, static_cast<const T*>(x), static_cast<T*>(y), n, hw, c);
+}
+
+void global_avg_pool_backward(const void* dy, void* dx, DataType dt, int64_t n, int64_t hw,
+                              int64_t c, cudaStream_t stream) {
+  XRUN_LAUNCH(avg_pool_backward_kernel, n * hw * c, static_cast<const T*>(dy),
+              static_cast<T*>(dx), n, hw, c);
+}
+
+}  // namespace xrun::cuda
