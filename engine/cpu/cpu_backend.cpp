@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "engine/device/device_info.h"
+#include "engine/memory_plan.h"
 
 namespace xrun::cpu {
 
@@ -187,19 +188,6 @@ float* CpuBackend::mirror_region(const std::string& name) {
 }
 
 namespace {
-const char* region_name(TensorRole role) {
-  switch (role) {
-    case TensorRole::parameter: return "parameters";
-    case TensorRole::gradient: return "gradients";
-    case TensorRole::state: return "running_stats";
-    case TensorRole::activation: return "activations";
-    case TensorRole::activation_grad: return "activation_gradients";
-    case TensorRole::workspace: return "workspace";
-    case TensorRole::io: return "input";
-  }
-  return "?";
-}
-
 // MemAvailable from /proc/meminfo, in bytes (0 when unknown).
 int64_t available_memory() {
   std::ifstream in("/proc/meminfo");
@@ -208,12 +196,6 @@ int64_t available_memory() {
   while (in >> key >> kib >> unit)
     if (key == "MemAvailable:") return kib * 1024;
   return 0;
-}
-
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
-  return buf;
 }
 }  // namespace
 
@@ -232,24 +214,14 @@ std::vector<MemoryRecord> CpuBackend::memory_plan() const {
 // Refuses a plan larger than the memory available, naming the largest batch
 // that fits: the batch-sized regions grow with the batch, the rest does not.
 void CpuBackend::check_memory_fits() const {
-  int64_t total = 0;
-  for (const MemoryRecord& m : memory_plan()) total += m.bytes;
   const int64_t available = available_memory();
-  if (available <= 0 || total <= available) return;
-  const int64_t batch = input_ ? input_->dims[0] : 1;
+  if (available <= 0) return;
   int64_t per_batch = 0;
   for (TensorRole role : {TensorRole::activation, TensorRole::activation_grad,
                           TensorRole::workspace, TensorRole::io})
     per_batch += static_cast<int64_t>(region_bytes(role));
-  const int64_t fixed = total - per_batch;
-  const int64_t per_sample = std::max<int64_t>(1, per_batch / batch);
-  const int64_t fits = std::max<int64_t>(0, (available - fixed) / per_sample) / 8 * 8;
-  throw std::runtime_error(
-      "batch " + std::to_string(batch) + " does not fit in memory: the plan needs " + gib(total) +
-      " (" + gib(per_batch) + " of it grows with the batch), " + gib(available) +
-      " is available; " +
-      (fits > 0 ? "the largest batch that fits is about " + std::to_string(fits)
-                : std::string("no batch fits")));
+  check_plan_fits(memory_plan(), per_batch, input_ ? input_->dims[0] : 1, available,
+                  "in memory");
 }
 
 void CpuBackend::allocate() {

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "engine/device/device_info.h"
+#include "engine/memory_plan.h"
 
 namespace xrun::cuda {
 
@@ -18,25 +19,6 @@ namespace {
 
 constexpr size_t kAlign = 256;
 size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
-  return buf;
-}
-
-const char* region_name(TensorRole role) {
-  switch (role) {
-    case TensorRole::parameter: return "parameters";
-    case TensorRole::gradient: return "gradients";
-    case TensorRole::state: return "running_stats";
-    case TensorRole::activation: return "activations";
-    case TensorRole::activation_grad: return "activation_gradients";
-    case TensorRole::workspace: return "workspace";
-    case TensorRole::io: return "input";
-  }
-  return "?";
-}
 
 DataType storage_for(const std::string& precision) {
   if (precision == "fp16") return DataType::f16;
@@ -282,28 +264,16 @@ std::vector<MemoryRecord> CudaBackend::memory_plan() const {
 }
 
 void CudaBackend::check_memory_fits() const {
-  int64_t total = 0;
-  for (const MemoryRecord& m : memory_plan()) total += m.bytes;
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  // cuDNN/cuBLAS keep some memory of their own: leave 5% and 256 MiB.
+  // cuDNN and cuBLAS keep some memory of their own: leave 5% and 256 MiB.
   const int64_t usable = static_cast<int64_t>(free_bytes) - static_cast<int64_t>(total_bytes / 20) -
                          (int64_t{256} << 20);
-  if (total <= usable) return;
-  const int64_t batch = input_ ? input_->dims[0] : 1;
   int64_t per_batch = 0;
   for (TensorRole role : {TensorRole::activation, TensorRole::activation_grad,
                           TensorRole::workspace, TensorRole::io})
     per_batch += static_cast<int64_t>(region_of(role).bytes);
-  const int64_t fixed = total - per_batch;
-  const int64_t per_sample = std::max<int64_t>(1, per_batch / batch);
-  const int64_t fits = std::max<int64_t>(0, (usable - fixed) / per_sample) / 8 * 8;
-  throw std::runtime_error(
-      "batch " + std::to_string(batch) + " does not fit on " + name() + ": the plan needs " +
-      gib(total) + " (" + gib(per_batch) + " of it grows with the batch), " + gib(usable) +
-      " is usable; " +
-      (fits > 0 ? "the largest batch that fits is about " + std::to_string(fits)
-                : std::string("no batch fits")));
+  check_plan_fits(memory_plan(), per_batch, input_ ? input_->dims[0] : 1, usable, "on " + name());
 }
 
 void* CudaBackend::device_alloc(size_t bytes, const char* what) {
@@ -312,7 +282,7 @@ void* CudaBackend::device_alloc(size_t bytes, const char* what) {
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e != cudaSuccess)
     throw std::runtime_error(std::string("out of device memory allocating ") + what + " (" +
-                             gib(static_cast<int64_t>(bytes)) + "): " + cudaGetErrorString(e));
+                             format_gib(static_cast<int64_t>(bytes)) + "): " + cudaGetErrorString(e));
   allocations_.push_back(p);
   allocated_bytes_ += static_cast<int64_t>(bytes);
   CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
