@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -214,6 +215,17 @@ int show_command(const ShowArgs& args) {
         std::snprintf(line, sizeof line, "  %-24s %12s\n", m.region.c_str(), mib(m.bytes).c_str());
         o << line;
       }
+    }
+    if (!d.conv_algorithms.empty()) {
+      std::map<std::string, int> by_source, by_algo;
+      for (const auto& a : d.conv_algorithms) {
+        ++by_source[a.source];
+        ++by_algo[a.pass + " " + a.algo_name];
+      }
+      o << "\nconvolution algorithms (" << d.conv_algorithms.size() << " choices";
+      for (const auto& [source, n] : by_source) o << ", " << n << " " << source;
+      o << "; " << fixed(d.summary.algo_search_ms, 1) << " ms choosing, outside every figure)\n";
+      for (const auto& [algo, n] : by_algo) o << "  " << n << " x " << algo << "\n";
     }
     if (!d.phases.empty()) {
       double total = 0;

@@ -88,7 +88,18 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
                 ProgressDisplay& display) {
   const RunConfig cfg = to_run_config(spec.config);
   display.begin_run(position, count, spec.index, short_hash(spec.config_hash), swept_text(spec));
-  const std::string uuid = db.begin_run(new_run(plan, spec, cfg));
+  const store::NewRun row = new_run(plan, spec, cfg);
+  const std::string uuid = db.begin_run(row);
+  // Convolution algorithm choices are shared by runs on the same card,
+  // driver and cuDNN version (cudnn_benchmark = "cached").
+  const Environment& env0 = row.environment;
+  const std::string device_key =
+      cfg.train.device == "cpu" ? ""
+                                : env0.get("device_name") + " | cc " +
+                                      env0.get("compute_capability") + " | driver " +
+                                      env0.get("driver") + " | cuDNN " + env0.get("cudnn");
+  TrainContext context;
+  if (cfg.train.cudnn_benchmark == "cached") context.algo_cache = db.conv_algo_cache(device_key);
   display.message("stored as " + uuid + " in " + db.path());
 
   store::StepWriter steps(db.path(), uuid);
@@ -114,11 +125,12 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
 
   RunSummary empty;
   try {
-    TrainResult result = train(cfg, ev);
+    TrainResult result = train(cfg, ev, context);
     steps.flush();
     db.write_phases(uuid, result.phases);
     db.write_kernels(uuid, result.layers);
     db.write_memory(uuid, result.memory);
+    db.write_conv_algorithms(uuid, result.conv_algorithms, device_key);
     db.finish_run(uuid, store::RunStatus::complete, result.summary);
     char line[256];
     std::snprintf(line, sizeof line, "complete: %.1f img/s (median step %.1f ms)%s",

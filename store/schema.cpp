@@ -3,7 +3,7 @@
 // then migrate). PRAGMA user_version holds the number of the last migration
 // applied; PRAGMA application_id = 'xrun' marks the file as an xrun store.
 //
-// Schema at the latest version (3):
+// Schema at the latest version (4):
 //
 //   experiments(id, name, file, description, first_seen)  UNIQUE(name, file)
 //   runs(id INTEGER PK, uuid UNIQUE (random v4), experiment -> experiments.id,
@@ -34,6 +34,11 @@
 //   phases(run, phase, calls, host_ms, gpu_ms)                 [version 2]
 //   kernels(run, name, phase, calls, total_ms, min_ms, max_ms)  [version 2]
 //   memory(run, region, bytes)  the run's memory plan by region  [version 3]
+//   conv_algorithms(run, layer, pass, key, algo, algo_name, math_type,
+//        workspace_bytes, time_ms, source)  CUDA: each convolution's choice
+//   conv_algo_cache(device_key, key, algo, math_type, workspace_bytes,
+//        time_ms, updated_at)  timed choices by card+driver+cuDNN, reused by
+//        cudnn_benchmark = "cached"; runs.algo_search_ms  [version 4]
 //   view run_summary: one row per run: id, uuid, experiment (name),
 //        sweep_index, label, device, device_name, batch_size (summary, else
 //        run_params train.batch_size), precision, cudnn_benchmark, workers
@@ -213,8 +218,38 @@ CREATE TABLE memory (
 );
 )sql";
 
+// Version 4: convolution algorithm choices (per run, and the cache shared by
+// runs on the same card, driver and cuDNN version) and the time spent
+// choosing them.
+constexpr const char* kVersion4 = R"sql(
+CREATE TABLE conv_algorithms (
+  run             INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  layer           TEXT NOT NULL,
+  pass            TEXT NOT NULL,
+  key             TEXT NOT NULL,
+  algo            INTEGER NOT NULL,
+  algo_name       TEXT NOT NULL,
+  math_type       INTEGER NOT NULL,
+  workspace_bytes INTEGER NOT NULL,
+  time_ms         REAL,
+  source          TEXT NOT NULL,
+  UNIQUE (run, layer, pass)
+);
+CREATE TABLE conv_algo_cache (
+  device_key      TEXT NOT NULL,
+  key             TEXT NOT NULL,
+  algo            INTEGER NOT NULL,
+  math_type       INTEGER NOT NULL,
+  workspace_bytes INTEGER NOT NULL,
+  time_ms         REAL,
+  updated_at      TEXT NOT NULL,
+  PRIMARY KEY (device_key, key)
+);
+ALTER TABLE runs ADD COLUMN algo_search_ms REAL;
+)sql";
+
 // kMigrations[i] takes a file from version i to version i + 1.
-const std::vector<const char*> kMigrations = {kVersion1, kVersion2, kVersion3};
+const std::vector<const char*> kMigrations = {kVersion1, kVersion2, kVersion3, kVersion4};
 
 // --- Opening ----------------------------------------------------------------------
 

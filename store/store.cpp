@@ -5,6 +5,7 @@
 // StoreError; rows committed earlier stay. Schema: see schema.cpp.
 #include "store/store.h"
 
+#include <cmath>
 #include <errno.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -355,6 +356,46 @@ void Store::write_memory(const std::string& uuid, std::span<const MemoryRecord> 
   tx.commit();
 }
 
+void Store::write_conv_algorithms(const std::string& uuid,
+                                  std::span<const ConvAlgoRecord> records,
+                                  const std::string& device_key) {
+  Transaction tx(db_, path_);
+  const int64_t run = detail::run_id(db_, path_, uuid);
+  Statement st(db_, path_,
+               "INSERT OR REPLACE INTO conv_algorithms (run, layer, pass, key, algo, algo_name,"
+               " math_type, workspace_bytes, time_ms, source)"
+               " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+  Statement cache(db_, path_,
+                  "INSERT OR REPLACE INTO conv_algo_cache (device_key, key, algo, math_type,"
+                  " workspace_bytes, time_ms, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  const std::string now = detail::now_iso8601();
+  for (const ConvAlgoRecord& r : records) {
+    st.bind(1, run).bind(2, r.layer).bind(3, r.pass).bind(4, r.key).bind(5, int64_t{r.choice.algo});
+    st.bind(6, r.algo_name).bind(7, int64_t{r.choice.math_type}).bind(8, r.choice.workspace_bytes);
+    st.bind(9, r.choice.time_ms).bind(10, r.source);
+    st.run();
+    if (r.source == "benchmark" && !device_key.empty()) {
+      cache.bind(1, device_key).bind(2, r.key).bind(3, int64_t{r.choice.algo});
+      cache.bind(4, int64_t{r.choice.math_type}).bind(5, r.choice.workspace_bytes);
+      cache.bind(6, r.choice.time_ms).bind(7, now);
+      cache.run();
+    }
+  }
+  tx.commit();
+}
+
+std::map<std::string, ConvAlgoChoice> Store::conv_algo_cache(const std::string& device_key) const {
+  std::map<std::string, ConvAlgoChoice> out;
+  Statement st(db_, path_,
+               "SELECT key, algo, math_type, workspace_bytes, time_ms FROM conv_algo_cache"
+               " WHERE device_key = ?1");
+  st.bind(1, device_key);
+  while (st.step())
+    out[st.text(0)] = {static_cast<int>(st.int64(1)), static_cast<int>(st.int64(2)),
+                       st.int64(3), st.real(4)};
+  return out;
+}
+
 void Store::finish_run(const std::string& uuid, RunStatus status, const RunSummary& s,
                        const std::string& error) {
   Transaction tx(db_, path_);
@@ -373,13 +414,13 @@ void Store::finish_run(const std::string& uuid, RunStatus status, const RunSumma
                   " step_ms_median = ?6, step_ms_p10 = ?7, step_ms_p90 = ?8, step_ms_mean = ?9,"
                   " step_ms_stddev = ?10, step_outliers = ?11, data_wait_fraction = ?12,"
                   " peak_memory_bytes = ?13, skipped_steps = ?14, final_loss = ?15,"
-                  " test_accuracy = ?16, test_loss = ?17 WHERE id = ?18");
+                  " test_accuracy = ?16, test_loss = ?17, algo_search_ms = ?19 WHERE id = ?18");
     sum.bind(1, s.batch_size).bind(2, s.measured_steps).bind(3, s.measured_images);
     sum.bind(4, s.measured_seconds).bind(5, s.throughput).bind(6, s.step_ms_median);
     sum.bind(7, s.step_ms_p10).bind(8, s.step_ms_p90).bind(9, s.step_ms_mean);
     sum.bind(10, s.step_ms_stddev).bind(11, s.step_outliers).bind(12, s.data_wait_fraction);
     sum.bind(13, s.peak_memory_bytes).bind(14, s.skipped_steps).bind(15, s.final_loss);
-    sum.bind(16, s.test_accuracy).bind(17, s.test_loss).bind(18, run);
+    sum.bind(16, s.test_accuracy).bind(17, s.test_loss).bind(18, run).bind(19, s.algo_search_ms);
     sum.run();
   }
   tx.commit();
@@ -489,7 +530,7 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
                  " r.step_ms_p90, r.step_ms_mean, r.step_ms_stddev, r.step_outliers,"
                  " r.data_wait_fraction, r.peak_memory_bytes, r.skipped_steps, r.final_loss,"
                  " r.test_accuracy, r.test_loss, r.batch_size,"
-                 " (SELECT count(*) FROM steps WHERE run = r.id)"
+                 " (SELECT count(*) FROM steps WHERE run = r.id), r.algo_search_ms"
                  " FROM runs r JOIN experiments e ON e.id = r.experiment WHERE r.id = ?1");
     st.bind(1, *id);
     st.step();
@@ -517,6 +558,8 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
       s.test_accuracy = st.real(20);
       s.test_loss = st.real(21);
       s.batch_size = static_cast<int>(st.int64(22));
+      s.algo_search_ms = st.real(24);
+      if (std::isnan(s.algo_search_ms)) s.algo_search_ms = 0;
     }
     d.step_count = st.int64(23);
   }
@@ -567,6 +610,23 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
     Statement st(db_, path_, "SELECT region, bytes FROM memory WHERE run = ?1 ORDER BY rowid");
     st.bind(1, *id);
     while (st.step()) d.memory.push_back({st.text(0), st.int64(1)});
+  }
+  {
+    Statement st(db_, path_,
+                 "SELECT layer, pass, key, algo_name, source, algo, math_type, workspace_bytes,"
+                 " time_ms FROM conv_algorithms WHERE run = ?1 ORDER BY rowid");
+    st.bind(1, *id);
+    while (st.step()) {
+      ConvAlgoRecord r;
+      r.layer = st.text(0);
+      r.pass = st.text(1);
+      r.key = st.text(2);
+      r.algo_name = st.text(3);
+      r.source = st.text(4);
+      r.choice = {static_cast<int>(st.int64(5)), static_cast<int>(st.int64(6)), st.int64(7),
+                  st.real(8)};
+      d.conv_algorithms.push_back(r);
+    }
   }
   return d;
 }

@@ -85,6 +85,7 @@ struct RunDetail {
   std::vector<PhaseRecord> phases;
   std::vector<KernelRecord> kernels;
   std::vector<MemoryRecord> memory;
+  std::vector<ConvAlgoRecord> conv_algorithms;
   int64_t step_count = 0;
   std::string host;
   int64_t pid = 0;
@@ -113,6 +114,12 @@ class Store {
   void write_phases(const std::string& uuid, std::span<const PhaseRecord> phases);
   void write_kernels(const std::string& uuid, std::span<const KernelRecord> kernels);
   void write_memory(const std::string& uuid, std::span<const MemoryRecord> regions);
+  // CUDA: the run's convolution algorithm choices; timed ones (source
+  // "benchmark") also go into the cache of `device_key` (card, driver, cuDNN).
+  void write_conv_algorithms(const std::string& uuid, std::span<const ConvAlgoRecord> records,
+                             const std::string& device_key);
+  // The cached choices for a device, by ConvAlgoRecord::key.
+  std::map<std::string, ConvAlgoChoice> conv_algo_cache(const std::string& device_key) const;
   // Ends a run: status, summary figures (for complete runs) and error text.
   void finish_run(const std::string& uuid, RunStatus status, const RunSummary& summary,
                   const std::string& error = "");

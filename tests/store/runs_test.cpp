@@ -511,3 +511,37 @@ TEST_CASE("a forked child draws different UUIDs from its parent", "[store]") {
   REQUIRE(n == 36);
   CHECK(std::string(buf, 36) != mine);
 }
+
+TEST_CASE("convolution algorithm choices are stored per run and cached per device", "[store]") {
+  TempDir tmp;
+  Store store(tmp.file("results.db"));
+  const std::string uuid = store.begin_run(make_run());
+  ConvAlgoRecord timed;
+  timed.layer = "layer1.0.conv2";
+  timed.pass = "forward";
+  timed.key = "n256 c64 h56 w56 k64 r3 s3 u1 p1 fp16 forward";
+  timed.algo_name = "IMPLICIT_PRECOMP_GEMM";
+  timed.source = "benchmark";
+  timed.choice = {1, 1, 1 << 20, 0.42};
+  ConvAlgoRecord guessed = timed;
+  guessed.layer = "conv1";
+  guessed.key = "n256 c8 h224 w224 k64 r7 s7 u2 p3 fp16 forward";
+  guessed.source = "heuristic";
+  guessed.choice.time_ms = std::nan("");
+  const std::vector<ConvAlgoRecord> records = {timed, guessed};
+  store.write_conv_algorithms(uuid, records, "RTX 4090 D | cc 8.9 | driver 580 | cuDNN 91900");
+
+  auto d = store.get_run(uuid);
+  REQUIRE(d);
+  REQUIRE(d->conv_algorithms.size() == 2);
+  CHECK(d->conv_algorithms[0].layer == "layer1.0.conv2");
+  CHECK(d->conv_algorithms[0].choice.workspace_bytes == (1 << 20));
+  CHECK(d->conv_algorithms[0].choice.time_ms == 0.42);
+  CHECK(std::isnan(d->conv_algorithms[1].choice.time_ms));
+  // Only timed choices are cached, and only for the device they were timed on.
+  const auto cache = store.conv_algo_cache("RTX 4090 D | cc 8.9 | driver 580 | cuDNN 91900");
+  REQUIRE(cache.size() == 1);
+  CHECK(cache.at(timed.key).algo == 1);
+  CHECK(cache.at(timed.key).time_ms == 0.42);
+  CHECK(store.conv_algo_cache("RTX 3090 | cc 8.6 | driver 580 | cuDNN 91900").empty());
+}
