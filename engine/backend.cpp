@@ -31,6 +31,17 @@ bool cuda_engine_available() {
   return false;
 }
 
+int64_t device_memory_bytes(const std::string& device) {
+#ifdef XRUN_HAVE_CUDA
+  if (device.rfind("cuda:", 0) == 0) {
+    const CudaInfo info = query_cuda();
+    for (const GpuInfo& gpu : info.gpus)
+      if ("cuda:" + std::to_string(gpu.index) == device) return gpu.memory_bytes;
+  }
+#endif
+  return 0;
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options) {
   if (device == "cpu") {
     if (options.precision != "fp32")

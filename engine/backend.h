@@ -235,4 +235,7 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOp
 // Whether this build has the CUDA engine and a GPU it can run on.
 bool cuda_engine_available();
 
+// Total memory of a device ("cuda:N"); 0 for "cpu" or a device not present.
+int64_t device_memory_bytes(const std::string& device);
+
 }  // namespace xrun

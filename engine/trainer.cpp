@@ -81,35 +81,16 @@ struct Run {
     if (ev.message) ev.message(m);
   }
 
-  void set_up() {
+  BackendOptions backend_options() const {
     BackendOptions bo;
     bo.threads = cfg.train.threads;
     bo.precision = cfg.train.precision;
     bo.cudnn_benchmark = cfg.train.cudnn_benchmark;
     bo.algo_cache = algo_cache;
-    backend = make_backend(cfg.train.device, bo);
-    train_set = data::open_dataset(cfg.data, data::Split::train, cfg.train.seed);
-    if (cfg.train.eval) test_set = data::open_dataset(cfg.data, data::Split::test, cfg.train.seed);
-    if (train_set->num_classes() > cfg.model.num_classes)
-      throw TrainError("model.num_classes = " + std::to_string(cfg.model.num_classes) +
-                       " but the data has " + std::to_string(train_set->num_classes()) +
-                       " classes");
-    batch = cfg.train.batch_size;
-    if (batch <= 0)
-      throw TrainError("train.batch_size = \"auto\" sizes the batch to GPU memory; on " +
-                       cfg.train.device + " give a number");
+    return bo;
+  }
 
-    ModelSpec spec;
-    spec.arch = cfg.model.arch;
-    spec.num_classes = cfg.model.num_classes;
-    spec.batch = batch;
-    spec.channels = cfg.data.channels;
-    spec.image_size = cfg.data.image_size;
-    model = std::make_unique<ResNet>(*backend, spec);
-    if (cfg.profile.layers)
-      model->set_layer_hooks({[this](const std::string& name) { layers.begin(name); },
-                              [this] { layers.end(); }});
-    loss = backend->softmax_cross_entropy(model->logits(), model->dlogits());
+  OptimizerSettings optimizer_settings() const {
     OptimizerSettings os;
     os.name = cfg.train.optimizer.name;
     os.weight_decay = cfg.train.optimizer.weight_decay;
@@ -118,8 +99,95 @@ struct Run {
     os.eps = cfg.train.optimizer.eps;
     os.momentum = cfg.train.optimizer.momentum;
     os.nesterov = cfg.train.optimizer.nesterov;
-    optimizer = backend->optimizer(os, cfg.train.accumulate > 1);
+    return os;
+  }
+
+  ModelSpec model_spec(int b) const {
+    ModelSpec spec;
+    spec.arch = cfg.model.arch;
+    spec.num_classes = cfg.model.num_classes;
+    spec.batch = b;
+    spec.channels = cfg.data.channels;
+    spec.image_size = cfg.data.image_size;
+    return spec;
+  }
+
+  // Builds backend, model, loss and optimizer for batch `b` and allocates
+  // the plan (throws when it does not fit).
+  void build(int b) {
+    model.reset();
+    loss.reset();
+    optimizer.reset();
+    backend = make_backend(cfg.train.device, backend_options());
+    model = std::make_unique<ResNet>(*backend, model_spec(b));
+    if (cfg.profile.layers)
+      model->set_layer_hooks({[this](const std::string& name) { layers.begin(name); },
+                              [this] { layers.end(); }});
+    loss = backend->softmax_cross_entropy(model->logits(), model->dlogits());
+    optimizer = backend->optimizer(optimizer_settings(), cfg.train.accumulate > 1);
     backend->allocate();
+  }
+
+  // The plan's size at batch `b`, without allocating it.
+  int64_t planned_bytes(int b) const {
+    auto be = make_backend(cfg.train.device, backend_options());
+    ResNet m(*be, model_spec(b));
+    auto l = be->softmax_cross_entropy(m.logits(), m.dlogits());
+    auto o = be->optimizer(optimizer_settings(), cfg.train.accumulate > 1);
+    int64_t total = 0;
+    for (const MemoryRecord& r : be->memory_plan()) total += r.bytes;
+    return total;
+  }
+
+  // batch_size = "auto": the largest multiple of 8 whose plan fits in
+  // memory_fraction of the device memory (doubling, then bisecting), then
+  // confirmed by allocating it (stepping down by 8 if the device disagrees).
+  int auto_batch() {
+    const int64_t memory = device_memory_bytes(cfg.train.device);
+    if (memory <= 0)
+      throw TrainError("train.batch_size = \"auto\" sizes the batch to GPU memory; on " +
+                       cfg.train.device + " give a number");
+    const int64_t budget = static_cast<int64_t>(cfg.train.memory_fraction * memory);
+    int lo = 0, hi = 8;
+    while (hi <= 65536 && planned_bytes(hi) <= budget) lo = hi, hi *= 2;
+    if (lo == 0)
+      throw TrainError("train.batch_size = \"auto\": not even batch 8 fits in " +
+                       std::to_string(cfg.train.memory_fraction) + " of " + cfg.train.device +
+                       "'s memory");
+    while (hi - lo > 8) {
+      const int mid = (lo + hi) / 2 / 8 * 8;
+      if (planned_bytes(mid) <= budget) lo = mid; else hi = mid;
+    }
+    for (int b = lo; b >= 8; b -= 8) {
+      try {
+        build(b);
+        message("batch_size auto: " + std::to_string(b) + " (the largest multiple of 8 whose plan fits in " +
+                std::to_string(static_cast<int>(cfg.train.memory_fraction * 100)) + "% of " +
+                cfg.train.device + "'s memory)");
+        return b;
+      } catch (const std::runtime_error& e) {
+        message("batch " + std::to_string(b) + " did not allocate (" + e.what() + "); trying " +
+                std::to_string(b - 8));
+      }
+    }
+    throw TrainError("train.batch_size = \"auto\": no batch could be allocated");
+  }
+
+  void set_up() {
+    train_set = data::open_dataset(cfg.data, data::Split::train, cfg.train.seed);
+    if (cfg.train.eval) test_set = data::open_dataset(cfg.data, data::Split::test, cfg.train.seed);
+    if (train_set->num_classes() > cfg.model.num_classes)
+      throw TrainError("model.num_classes = " + std::to_string(cfg.model.num_classes) +
+                       " but the data has " + std::to_string(train_set->num_classes()) +
+                       " classes");
+    if (cfg.train.cuda_graphs)
+      throw TrainError("train.cuda_graphs = true is not implemented yet; set it to false");
+    if (cfg.train.batch_size > 0) {
+      batch = cfg.train.batch_size;
+      build(batch);
+    } else {
+      batch = auto_batch();
+    }
 
     train_loader = std::make_unique<data::Loader>(*train_set,
                                                   loader_options(cfg, batch, true, *backend));

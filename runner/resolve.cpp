@@ -150,7 +150,13 @@ class Resolver {
              "precision '" + precision + "' needs a CUDA device; this run's device is cpu", true);
       if (get("train.cuda_graphs") == true)
         rule("train.cuda_graphs", "cuda_graphs needs a CUDA device; this run's device is cpu", true);
+      if (get("train.batch_size") == "auto")
+        rule("train.batch_size",
+             "batch_size \"auto\" sizes the batch to GPU memory; this run's device is cpu: "
+             "give a number", true);
     }
+    if (get("train.cuda_graphs") == true)
+      rule("train.cuda_graphs", "cuda_graphs = true is not implemented yet; set it to false", true);
     if (ctx_.options->device_check) {
       std::string reason = ctx_.options->device_check(cfg_, device);
       if (!reason.empty()) rule("train.device", reason, true);

@@ -180,6 +180,16 @@ TEST_CASE("more error cases from text", "[config][errors]") {
     auto e = error_of("name = \"t\"\n[train]\ncuda_graphs = true\n");
     CHECK_THAT(e.what(), Catch::Contains("run 0: cuda_graphs needs a CUDA device"));
   }
+  SECTION("cuda_graphs = true is refused until it is implemented") {
+    auto e = error_of("name = \"t\"\n[train]\ndevice = \"cuda:0\"\ncuda_graphs = true\n", gpu_options());
+    CHECK(e.key == "train.cuda_graphs");
+    CHECK_THAT(e.what(), Catch::Contains("not implemented yet"));
+  }
+  SECTION("batch_size auto on the CPU") {
+    auto e = error_of("name = \"t\"\n[train]\nbatch_size = \"auto\"\n");
+    CHECK(e.key == "train.batch_size");
+    CHECK_THAT(e.what(), Catch::Contains("run 0: batch_size \"auto\" sizes the batch to GPU memory"));
+  }
   SECTION("a grid too large") {
     std::string big = "[";
     for (int i = 1; i <= 200; ++i) big += (i > 1 ? ", " : "") + std::to_string(i);

@@ -38,13 +38,13 @@ TEST_CASE("the key reference lists every key", "[config][docs]") {
 }
 
 TEST_CASE("plan table: header, one line per run, count", "[config][plan]") {
-  PlanOptions o = cpu_options();
+  PlanOptions o = gpu_options();
   o.sets = {"train.seed=3"};
   Plan p = plan_text(R"(
 name = "tbl"
 description = "a table"
 [train]
-device = "cpu"
+device = "cuda:0"
 [sweep]
 train.batch_size = [16, "auto"]
 train.optimizer.name = ["adamw", "sgd"]
@@ -54,7 +54,7 @@ train.seed = [1, 2]
   INFO(t);
   CHECK_THAT(t, Catch::Contains("experiment: tbl  (t.toml)"));
   CHECK_THAT(t, Catch::Contains("sweep: grid over train.batch_size (2) x train.optimizer.name (2)"));
-  CHECK_THAT(t, Catch::Contains("device: cpu  label: testhost"));
+  CHECK_THAT(t, Catch::Contains("device: cuda:0  label: testhost"));
   CHECK_THAT(t, Catch::Contains("note: --set train.seed=3 fixes train.seed"));
   for (auto& r : p.runs) {
     std::string swept;

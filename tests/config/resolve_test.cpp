@@ -186,7 +186,7 @@ accumulate = 2
 steps = 30
 precision = "bf16"
 cudnn_benchmark = "cached"
-cuda_graphs = true
+cuda_graphs = false
 seed = 42
 threads = 3
 eval = false
@@ -250,7 +250,7 @@ label = "box"
   CHECK(r.train.steps == 30);
   CHECK(r.train.precision == "bf16");
   CHECK(r.train.cudnn_benchmark == "cached");
-  CHECK(r.train.cuda_graphs);
+  CHECK_FALSE(r.train.cuda_graphs);  // true is refused until CUDA graphs are implemented
   CHECK(r.train.seed == 42);
   CHECK(r.train.threads == 3);
   CHECK_FALSE(r.train.eval);
