@@ -79,7 +79,7 @@ std::vector<KeySpec> build_keys() {
   k.push_back(K("data.shuffle", T::boolean, "Shuffle the training set every epoch.").def(true));
   k.push_back(K("data.workers", T::integer, "Loader threads; 0 = load on the training thread.")
                   .def(2).at_least(0).at_most(256));
-  k.push_back(K("data.pin_memory", T::boolean, "Stage batches in pinned host memory (CUDA).").def(false));
+  k.push_back(K("data.pin_memory", T::boolean, "Stage batches in pinned host memory, copied on their own stream (CUDA; no effect on the CPU).").def(false));
   k.push_back(K("data.prefetch", T::integer, "Batches prepared ahead (ring size).")
                   .def(2).at_least(1).at_most(64));
   k.push_back(K("data.limit", T::integer, "Use at most this many training samples; 0 = all.")
@@ -93,7 +93,7 @@ std::vector<KeySpec> build_keys() {
   // --- [train] ---
   k.push_back(K("train.device", T::string, "Where to train; \"auto\" = cuda:0 when a GPU is present, else cpu.")
                   .def("auto").rule("`\"auto\"`, `\"cpu\"`, `\"cuda\"`, `\"cuda:N\"`", check_device));
-  k.push_back(K("train.batch_size", T::integer_or_auto, "Images per step; \"auto\" = the largest that fits.")
+  k.push_back(K("train.batch_size", T::integer_or_auto, "Images per step; \"auto\" (GPU) = the largest multiple of 8 whose memory plan fits.")
                   .def(32).at_least(1).at_most(65536));
   k.push_back(K("train.memory_fraction", T::number, "batch_size = \"auto\": share of device memory to fill.")
                   .def(0.9).above(0).at_most(1));
@@ -111,7 +111,7 @@ std::vector<KeySpec> build_keys() {
   k.push_back(K("train.cudnn_benchmark", T::boolean_or_cached,
                 "cuDNN algorithm choice: heuristic, timed, or timed with earlier choices reused.")
                   .def(false));
-  k.push_back(K("train.cuda_graphs", T::boolean, "Capture the step in a CUDA graph.").def(false));
+  k.push_back(K("train.cuda_graphs", T::boolean, "Capture the step in a CUDA graph (not implemented yet: true is refused).").def(false));
   k.push_back(K("train.seed", T::integer, "Seed for init, shuffling and augmentation.").def(0).at_least(0));
   k.push_back(K("train.threads", T::integer, "CPU threads for compute; 0 = all cores.")
                   .def(0).at_least(0).at_most(1024));
