@@ -56,6 +56,8 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "store/sqlite_util.h"
@@ -328,6 +330,22 @@ void migrate(sqlite3* db, const std::string& path, int target) {
 
 int latest_version() { return static_cast<int>(kMigrations.size()); }
 
+// Switching a file to WAL takes a lock that SQLite does not wait for with its
+// busy handler (several processes creating one store at once see
+// SQLITE_BUSY): retry for as long as busy_timeout would have waited.
+void enable_wal(sqlite3* db, const std::string& path) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+  for (;;) {
+    const int rc = sqlite3_exec(db, "PRAGMA journal_mode = WAL", nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) return;
+    if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED)
+      check(rc, db, path, "PRAGMA journal_mode = WAL");
+    if (std::chrono::steady_clock::now() > deadline)
+      check(rc, db, path, "PRAGMA journal_mode = WAL");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 sqlite3* open_database(const std::string& path, int target_version) {
   if (target_version < 1 || target_version > latest_version())
     throw StoreError(path + ": no schema version " + std::to_string(target_version));
@@ -345,10 +363,7 @@ sqlite3* open_database(const std::string& path, int target_version) {
     check(sqlite3_busy_timeout(db, kBusyTimeoutMs), db, path, "sqlite3_busy_timeout");
     FileState s = read_state(db, path);
     validate(s, path);  // before anything writes to the file
-    {
-      Statement mode(db, path, "PRAGMA journal_mode = WAL");
-      mode.step();
-    }
+    enable_wal(db, path);
     exec(db, path, "PRAGMA foreign_keys = ON");
     if (s.version < target_version) migrate(db, path, target_version);
   } catch (...) {
