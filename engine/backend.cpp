@@ -22,6 +22,10 @@ void* Backend::allocate_host(size_t bytes, bool) {
 
 void Backend::free_host(void* p, bool) { std::free(p); }
 
+void Backend::begin_capture() { throw std::logic_error(name() + " does not record CUDA graphs"); }
+void Backend::end_capture() { throw std::logic_error(name() + " does not record CUDA graphs"); }
+void Backend::replay() { throw std::logic_error(name() + " does not record CUDA graphs"); }
+
 bool cuda_engine_available() {
 #ifdef XRUN_HAVE_CUDA
   const CudaInfo info = query_cuda();

@@ -99,7 +99,14 @@ class LinearOp {
 class LossOp {
  public:
   virtual ~LossOp() = default;
-  virtual void forward_backward(int valid_rows, float grad_scale) = 0;
+  // The gradient scale of the next forward_backward calls (loss scaling and
+  // accumulation); kept on the device, so a recorded CUDA graph sees changes.
+  virtual void set_grad_scale(float grad_scale) = 0;
+  virtual void forward_backward(int valid_rows) = 0;
+  void forward_backward(int valid_rows, float grad_scale) {
+    set_grad_scale(grad_scale);
+    forward_backward(valid_rows);
+  }
   virtual void forward(int valid_rows) = 0;  // evaluation: loss and correct count only
   struct Results {
     double loss_sum = 0;  // sum over valid rows of -log p(label)
@@ -129,7 +136,14 @@ struct OptimizerStep {
 class OptimizerOp {
  public:
   virtual ~OptimizerOp() = default;
-  virtual void step(const OptimizerStep& s) = 0;
+  // The per-step values (learning rate, step count, gradient scale), kept on
+  // the device so a recorded CUDA graph sees them; then the update itself.
+  virtual void set_step(const OptimizerStep& s) = 0;
+  virtual void apply() = 0;
+  void step(const OptimizerStep& s) {
+    set_step(s);
+    apply();
+  }
   // After a step with check_finite: whether a gradient was inf/NaN (the
   // update was then skipped). May synchronise with the device.
   virtual bool found_inf() = 0;
@@ -223,6 +237,13 @@ class Backend {
   // from it asynchronously. Default: 64-byte aligned memory.
   virtual void* allocate_host(size_t bytes, bool pinned);
   virtual void free_host(void* p, bool pinned);
+  // CUDA graphs: the work queued between begin_capture() and end_capture()
+  // is recorded once (not run) and run again by each replay(). Only work
+  // whose per-step values live on the device may be recorded.
+  virtual bool supports_graphs() const { return false; }
+  virtual void begin_capture();
+  virtual void end_capture();
+  virtual void replay();
   // Convolution algorithms chosen (CUDA) and the time spent choosing them.
   virtual std::vector<ConvAlgoRecord> conv_algorithms() const { return {}; }
   virtual double conv_algorithm_search_ms() const { return 0; }

@@ -72,6 +72,7 @@ struct Run {
   int epochs = 0;
   LossScaler scaler;
   int64_t optimizer_steps = 0;  // applied (not skipped) steps: AdamW's step count
+  bool graph_recorded = false;  // train.cuda_graphs: the step is recorded
   const std::map<std::string, ConvAlgoChoice>& algo_cache;
 
   Run(const RunConfig& c, const TrainEvents& e, const TrainContext& ctx)
@@ -180,14 +181,19 @@ struct Run {
       throw TrainError("model.num_classes = " + std::to_string(cfg.model.num_classes) +
                        " but the data has " + std::to_string(train_set->num_classes()) +
                        " classes");
-    if (cfg.train.cuda_graphs)
-      throw TrainError("train.cuda_graphs = true is not implemented yet; set it to false");
+    if (cfg.train.cuda_graphs && cfg.train.accumulate != 1)
+      throw TrainError("train.cuda_graphs records one whole step: it needs train.accumulate = 1");
+    if (cfg.train.cuda_graphs && cfg.profile.layers)
+      throw TrainError("profile.layers times layers on the host, which a replayed CUDA graph "
+                       "never visits: turn one of them off");
     if (cfg.train.batch_size > 0) {
       batch = cfg.train.batch_size;
       build(batch);
     } else {
       batch = auto_batch();
     }
+    if (cfg.train.cuda_graphs && !backend->supports_graphs())
+      throw TrainError("train.cuda_graphs: " + backend->name() + " does not record CUDA graphs");
 
     train_loader = std::make_unique<data::Loader>(*train_set,
                                                   loader_options(cfg, batch, true, *backend));
@@ -331,6 +337,15 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
     run.phases.set_enabled(rec.kind == StepKind::measured);
     run.layers.set_enabled(cfg.profile.layers && rec.kind == StepKind::measured);
     const float micro_scale = static_cast<float>(scaler.scale()) / static_cast<float>(accumulate);
+    OptimizerStep os;
+    os.lr = rec.lr;
+    os.step = run.optimizer_steps + 1;  // AdamW's bias correction counts applied steps
+    os.grad_scale = static_cast<float>(scaler.scale());
+    os.check_finite = scaler.enabled();
+    // train.cuda_graphs: after warmup the step (forward, loss, backward,
+    // optimizer) is recorded once and replayed; its per-step values (loss
+    // scale, learning rate, step count) live on the device.
+    const bool use_graph = cfg.train.cuda_graphs && rec.kind != StepKind::warmup;
     const auto t0 = Clock::now();
     for (int micro = 0; micro < accumulate; ++micro) {
       const data::HostBatch* b;
@@ -347,6 +362,9 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
         run.backend->load_batch(b->images, b->labels, count, cfg.data.mean, cfg.data.std);
       }
       run.train_loader->release(b);
+      rec.images += count;
+      run.loss->set_grad_scale(micro_scale);
+      if (use_graph) break;  // accumulate is 1 with graphs (checked in set_up)
       {
         ScopedPhase p(run.phases, Phase::forward);
         run.layers.set_phase("forward");
@@ -354,22 +372,34 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
       }
       {
         ScopedPhase p(run.phases, Phase::backward);
-        run.loss->forward_backward(count, micro_scale);
+        run.loss->forward_backward(count);
         run.layers.set_phase("backward");
         run.model->backward();
         if (accumulate > 1)
           micro == 0 ? run.optimizer->accumulate_begin() : run.optimizer->accumulate_add();
       }
-      rec.images += count;
     }
-    {
+    if (use_graph) {
+      ScopedPhase p(run.phases, Phase::graph);
+      run.optimizer->set_step(os);
+      if (!run.graph_recorded) {
+        run.backend->begin_capture();
+        run.model->forward(true);  // counts num_batches_tracked for this step
+        run.loss->forward_backward(run.batch);
+        run.model->backward();
+        run.optimizer->apply();
+        run.backend->end_capture();
+        run.graph_recorded = true;
+      } else {
+        ++run.model->num_batches_tracked;
+      }
+      run.backend->replay();
+      if (scaler.enabled()) rec.skipped = !scaler.update(run.optimizer->found_inf());
+      if (!rec.skipped) ++run.optimizer_steps;
+      run.backend->synchronize();
+    } else {
       ScopedPhase p(run.phases, Phase::optimizer);
       if (accumulate > 1) run.optimizer->accumulate_end();
-      OptimizerStep os;
-      os.lr = rec.lr;
-      os.step = run.optimizer_steps + 1;  // AdamW's bias correction counts applied steps
-      os.grad_scale = static_cast<float>(scaler.scale());
-      os.check_finite = scaler.enabled();
       run.optimizer->step(os);
       if (scaler.enabled()) rec.skipped = !scaler.update(run.optimizer->found_inf());
       if (!rec.skipped) ++run.optimizer_steps;

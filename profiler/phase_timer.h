@@ -13,7 +13,8 @@
 
 namespace xrun::profiler {
 
-enum class Phase { data_wait, h2d, forward, backward, optimizer, eval, checkpoint, count };
+// graph: a replayed CUDA graph (forward, backward and optimizer in one).
+enum class Phase { data_wait, h2d, forward, backward, optimizer, graph, eval, checkpoint, count };
 const char* phase_name(Phase p);
 
 class PhaseTimer {

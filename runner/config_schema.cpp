@@ -111,7 +111,7 @@ std::vector<KeySpec> build_keys() {
   k.push_back(K("train.cudnn_benchmark", T::boolean_or_cached,
                 "cuDNN algorithm choice: heuristic, timed, or timed with earlier choices reused.")
                   .def(false));
-  k.push_back(K("train.cuda_graphs", T::boolean, "Capture the step in a CUDA graph (not implemented yet: true is refused).").def(false));
+  k.push_back(K("train.cuda_graphs", T::boolean, "Record the step in a CUDA graph after warmup and replay it (needs accumulate = 1).").def(false));
   k.push_back(K("train.seed", T::integer, "Seed for init, shuffling and augmentation.").def(0).at_least(0));
   k.push_back(K("train.threads", T::integer, "CPU threads for compute; 0 = all cores.")
                   .def(0).at_least(0).at_most(1024));

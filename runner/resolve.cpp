@@ -155,8 +155,9 @@ class Resolver {
              "batch_size \"auto\" sizes the batch to GPU memory; this run's device is cpu: "
              "give a number", true);
     }
-    if (get("train.cuda_graphs") == true)
-      rule("train.cuda_graphs", "cuda_graphs = true is not implemented yet; set it to false", true);
+    if (get("train.cuda_graphs") == true && get("train.accumulate") != 1)
+      rule("train.cuda_graphs", "cuda_graphs records one whole step: it needs train.accumulate = 1",
+           true);
     if (ctx_.options->device_check) {
       std::string reason = ctx_.options->device_check(cfg_, device);
       if (!reason.empty()) rule("train.device", reason, true);

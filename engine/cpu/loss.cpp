@@ -20,9 +20,9 @@ class CpuLoss final : public LossOp {
     labels = labels_tensor;
   }
 
-  void forward_backward(int valid_rows, float grad_scale) override {
-    run(valid_rows, true, grad_scale);
-  }
+  using LossOp::forward_backward;
+  void set_grad_scale(float grad_scale) override { grad_scale_ = grad_scale; }
+  void forward_backward(int valid_rows) override { run(valid_rows, true, grad_scale_); }
   void forward(int valid_rows) override { run(valid_rows, false, 0.0f); }
   Results read_results() override {
     const Results r = results_;
@@ -79,6 +79,7 @@ class CpuLoss final : public LossOp {
 
   CpuTensor* logits_;
   CpuTensor* dlogits_;
+  float grad_scale_ = 1.0f;
   Results results_;
 };
 

@@ -64,7 +64,10 @@ class CpuOptimizer final : public OptimizerOp {
 
   bool found_inf() override { return found_inf_; }
 
-  void step(const OptimizerStep& st) override {
+  void set_step(const OptimizerStep& st) override { st_ = st; }
+
+  void apply() override {
+    const OptimizerStep& st = st_;
     float* p = be_.region(TensorRole::parameter);
     const float* g = be_.region(TensorRole::gradient);
     const int64_t n = count();
@@ -152,6 +155,7 @@ class CpuOptimizer final : public OptimizerOp {
   bool accumulation_;
   bool momentum_started_ = false;
   bool found_inf_ = false;
+  OptimizerStep st_;
 };
 
 }  // namespace

@@ -92,6 +92,8 @@ CudaBackend::CudaBackend(int device, const BackendOptions& options)
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
+  if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+  if (graph_) cudaGraphDestroy(graph_);
   for (void* p : allocations_) cudaFree(p);
   if (cublas_) cublasDestroy(cublas_);
   if (cudnn_) cudnnDestroy(cudnn_);
@@ -519,6 +521,22 @@ void CudaBackend::load_batch(const uint8_t* images, const int32_t* labels, int c
 }
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void CudaBackend::begin_capture() {
+  if (graph_exec_) throw std::logic_error("cuda backend: a graph is already recorded");
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+}
+
+void CudaBackend::end_capture() {
+  CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_));
+  CUDA_CHECK(cudaGraphInstantiate(&graph_exec_, graph_, 0));
+}
+
+void CudaBackend::replay() {
+  if (!graph_exec_) throw std::logic_error("cuda backend: replay() before a graph was recorded");
+  CUDA_CHECK(cudaGraphLaunch(graph_exec_, stream_));
+}
 
 void* CudaBackend::allocate_host(size_t bytes, bool pinned) {
   if (!pinned) return Backend::allocate_host(bytes, false);

@@ -97,6 +97,10 @@ class CudaBackend final : public Backend {
   void load_batch(const uint8_t* images, const int32_t* labels, int count,
                   std::span<const float> mean, std::span<const float> std) override;
   void synchronize() override;
+  bool supports_graphs() const override { return true; }
+  void begin_capture() override;
+  void end_capture() override;
+  void replay() override;
   void* allocate_host(size_t bytes, bool pinned) override;
   void free_host(void* p, bool pinned) override;
 
@@ -159,6 +163,8 @@ class CudaBackend final : public Backend {
   BackendOptions options_;
   int cc_major_ = 0, cc_minor_ = 0;
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t graph_exec_ = nullptr;
   cudaEvent_t copied_ = nullptr, consumed_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

@@ -68,39 +68,41 @@ struct LossTotals {
 };
 // Softmax cross-entropy over [rows, classes] logits; rows >= valid are
 // ignored (and get zero gradient). With backward, dlogits = (softmax -
-// onehot) * grad_scale / valid.
+// onehot) * *grad_scale / valid (grad_scale in device memory).
 void softmax_cross_entropy(const void* logits, void* dlogits, DataType dt, const int32_t* labels,
-                           int64_t rows, int64_t valid, int64_t classes, float grad_scale,
+                           int64_t rows, int64_t valid, int64_t classes, const float* grad_scale,
                            bool backward, LossTotals* totals, cudaStream_t stream);
 
 // ---- optimizer (optimizer.cu) -------------------------------------------------
 // Gradients of a parameter arrive in one of two regions: fp32 (batch norm,
 // biases) or the half-precision mirror (convolution and fc weights in
 // fp16/bf16 runs); the other region holds zero there. Kernels read g =
-// g32[i] + g16[i] (g16 may be null) times inv_scale.
+// g32[i] + g16[i] (g16 may be null).
 struct GradientSource {
   const float* g32 = nullptr;
   const void* g16 = nullptr;  // DataType half_type
   DataType half_type = DataType::f16;
-  float inv_scale = 1.0f;
 };
 // found_inf := 1 if any gradient is inf or NaN (left untouched otherwise).
 void check_finite(const GradientSource& g, int64_t count, int* found_inf, cudaStream_t stream);
 
+// The per-step values, read by the kernels from device memory (so a CUDA
+// graph recorded once sees each step's values). Gradients are multiplied by
+// inv_scale first (loss scaling).
 struct AdamWArgs {
-  float lr, weight_decay, beta1, beta2, eps, step_size, bc2_sqrt;
+  float lr, weight_decay, beta1, beta2, eps, step_size, bc2_sqrt, inv_scale;
 };
 struct SgdArgs {
-  float lr, weight_decay, momentum;
-  bool nesterov, first;
+  float lr, weight_decay, momentum, inv_scale;
+  int nesterov, first;
 };
 // Updates fp32 master weights (and writes the half copy `p16` when given).
 // When found_inf is non-null and set, the step changes nothing.
 void adamw_step(float* p, void* p16, DataType half_type, const GradientSource& g, float* m,
-                float* v, int64_t count, const AdamWArgs& a, const int* found_inf,
+                float* v, int64_t count, const AdamWArgs* args, const int* found_inf,
                 cudaStream_t stream);
 void sgd_step(float* p, void* p16, DataType half_type, const GradientSource& g, float* buf,
-              int64_t count, const SgdArgs& a, const int* found_inf, cudaStream_t stream);
+              int64_t count, const SgdArgs* args, const int* found_inf, cudaStream_t stream);
 // acc = g (first) or acc += g, with g = g32 + g16 as above (inv_scale 1).
 void accumulate_gradients(float* acc, const GradientSource& g, int64_t count, bool first,
                           cudaStream_t stream);

@@ -16,12 +16,17 @@ class CudaLoss final : public LossOp {
     if (logits->dims.size() != 2) throw std::logic_error("softmax cross-entropy needs [N, K] logits");
     labels = labels_tensor;
     totals_ = be.declare_buffer("loss.totals", {1}, sizeof(LossTotals), TensorRole::workspace);
+    grad_scale_ = be.declare_buffer("loss.grad_scale", {1}, sizeof(float), TensorRole::workspace);
   }
 
-  void forward_backward(int valid_rows, float grad_scale) override {
-    run(valid_rows, true, grad_scale);
+  using LossOp::forward_backward;
+  void set_grad_scale(float grad_scale) override {
+    grad_scale_host_ = grad_scale;
+    CUDA_CHECK(cudaMemcpyAsync(grad_scale_->data, &grad_scale_host_, sizeof(float),
+                               cudaMemcpyHostToDevice, be_.stream()));
   }
-  void forward(int valid_rows) override { run(valid_rows, false, 0.0f); }
+  void forward_backward(int valid_rows) override { run(valid_rows, true); }
+  void forward(int valid_rows) override { run(valid_rows, false); }
 
   Results read_results() override {
     LossTotals t{};
@@ -33,18 +38,21 @@ class CudaLoss final : public LossOp {
   }
 
  private:
-  void run(int valid, bool backward, float grad_scale) {
+  void run(int valid, bool backward) {
     const int64_t n = logits_->dims[0], k = logits_->dims[1];
     if (valid < 0 || valid > n) throw std::invalid_argument("loss: valid rows out of range");
     softmax_cross_entropy(logits_->data, dlogits_->data, be_.activation_type(),
-                          static_cast<const int32_t*>(labels->data), n, valid, k, grad_scale,
-                          backward, static_cast<LossTotals*>(totals_->data), be_.stream());
+                          static_cast<const int32_t*>(labels->data), n, valid, k,
+                          static_cast<const float*>(grad_scale_->data), backward,
+                          static_cast<LossTotals*>(totals_->data), be_.stream());
   }
 
   CudaBackend& be_;
   CudaTensor* logits_;
   CudaTensor* dlogits_;
   CudaTensor* totals_ = nullptr;
+  CudaTensor* grad_scale_ = nullptr;
+  float grad_scale_host_ = 1.0f;  // the source of the last upload (pageable: copied at once)
 };
 
 }  // namespace

@@ -50,7 +50,7 @@ __device__ float block_sum(float value) {
 
 template <class T>
 __global__ void softmax_ce_kernel(const T* logits, T* dlogits, const int32_t* labels,
-                                  int64_t valid, int64_t classes, float grad_scale,
+                                  int64_t valid, int64_t classes, const float* grad_scale,
                                   bool backward, LossTotals* totals) {
   const int64_t row = blockIdx.x;
   const T* z = logits + row * classes;
@@ -82,7 +82,7 @@ __global__ void softmax_ce_kernel(const T* logits, T* dlogits, const int32_t* la
     if (arg == label) atomicAdd(&totals->correct, 1ull);
   }
   if (backward) {
-    const float scale = grad_scale / static_cast<float>(valid);
+    const float scale = *grad_scale / static_cast<float>(valid);
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) {
       const float p = __expf(to_float(z[j]) - lse);
       dz[j] = from_float<T>((p - (j == label ? 1.0f : 0.0f)) * scale);
@@ -93,8 +93,9 @@ __global__ void softmax_ce_kernel(const T* logits, T* dlogits, const int32_t* la
 }  // namespace
 
 void softmax_cross_entropy(const void* logits, void* dlogits, DataType dt, const int32_t* labels,
-                           int64_t rows, int64_t valid, int64_t classes, float grad_scale,
-                           bool backward, LossTotals* totals, cudaStream_t stream) {
+                           int64_t rows, int64_t valid, int64_t classes,
+                           const float* grad_scale, bool backward, LossTotals* totals,
+                           cudaStream_t stream) {
   dispatch(dt, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     softmax_ce_kernel<T><<<static_cast<unsigned>(rows), kLossThreads, 0, stream>>>(

@@ -28,13 +28,13 @@ __global__ void check_finite_kernel(const float* g32, const H* g16, int64_t coun
 }
 
 template <class H>
-__global__ void adamw_kernel(float* p, H* p16, const float* g32, const H* g16, float inv_scale,
-                             float* m, float* v, int64_t count, AdamWArgs a,
-                             const int* found_inf) {
+__global__ void adamw_kernel(float* p, H* p16, const float* g32, const H* g16, float* m, float* v,
+                             int64_t count, const AdamWArgs* args, const int* found_inf) {
   if (found_inf && *found_inf) return;
+  const AdamWArgs a = *args;
   const float decay = 1.0f - a.lr * a.weight_decay;
   XRUN_GRID_LOOP(i, count) {
-    const float grad = gradient(g32, g16, i) * inv_scale;
+    const float grad = gradient(g32, g16, i) * a.inv_scale;
     float w = p[i] * decay;
     const float mi = m[i] + (grad - m[i]) * (1.0f - a.beta1);
     const float vi = v[i] * a.beta2 + (1.0f - a.beta2) * grad * grad;
@@ -47,11 +47,12 @@ __global__ void adamw_kernel(float* p, H* p16, const float* g32, const H* g16, f
 }
 
 template <class H>
-__global__ void sgd_kernel(float* p, H* p16, const float* g32, const H* g16, float inv_scale,
-                           float* buf, int64_t count, SgdArgs a, const int* found_inf) {
+__global__ void sgd_kernel(float* p, H* p16, const float* g32, const H* g16, float* buf,
+                           int64_t count, const SgdArgs* args, const int* found_inf) {
   if (found_inf && *found_inf) return;
+  const SgdArgs a = *args;
   XRUN_GRID_LOOP(i, count) {
-    const float d = gradient(g32, g16, i) * inv_scale + a.weight_decay * p[i];
+    const float d = gradient(g32, g16, i) * a.inv_scale + a.weight_decay * p[i];
     float step = d;
     if (buf) {
       const float b = a.first ? d : buf[i] * a.momentum + d;
@@ -94,23 +95,23 @@ void check_finite(const GradientSource& g, int64_t count, int* found_inf, cudaSt
 }
 
 void adamw_step(float* p, void* p16, DataType half_type, const GradientSource& g, float* m,
-                float* v, int64_t count, const AdamWArgs& a, const int* found_inf,
+                float* v, int64_t count, const AdamWArgs* args, const int* found_inf,
                 cudaStream_t stream) {
   dispatch_half(half_type, [&](auto* tag) {
     using H = std::remove_pointer_t<decltype(tag)>;
     adamw_kernel<H><<<blocks_for(count), kThreads, 0, stream>>>(
-        p, static_cast<H*>(p16), g.g32, static_cast<const H*>(g.g16), g.inv_scale, m, v, count,
-        a, found_inf);
+        p, static_cast<H*>(p16), g.g32, static_cast<const H*>(g.g16), m, v, count, args,
+        found_inf);
   });
 }
 
 void sgd_step(float* p, void* p16, DataType half_type, const GradientSource& g, float* buf,
-              int64_t count, const SgdArgs& a, const int* found_inf, cudaStream_t stream) {
+              int64_t count, const SgdArgs* args, const int* found_inf, cudaStream_t stream) {
   dispatch_half(half_type, [&](auto* tag) {
     using H = std::remove_pointer_t<decltype(tag)>;
     sgd_kernel<H><<<blocks_for(count), kThreads, 0, stream>>>(
-        p, static_cast<H*>(p16), g.g32, static_cast<const H*>(g.g16), g.inv_scale, buf, count,
-        a, found_inf);
+        p, static_cast<H*>(p16), g.g32, static_cast<const H*>(g.g16), buf, count, args,
+        found_inf);
   });
 }
 

@@ -23,6 +23,7 @@ class CudaOptimizer final : public OptimizerOp {
     for (const std::string& state : state_names()) be.declare_mirror(state);
     if (accumulation) be.declare_mirror("grad_accum");
     found_inf_ = be.declare_buffer("optimizer.found_inf", {1}, sizeof(int), TensorRole::workspace);
+    args_ = be.declare_buffer("optimizer.args", {1}, sizeof(Args), TensorRole::workspace);
   }
 
   std::vector<std::string> state_names() const override {
@@ -31,21 +32,13 @@ class CudaOptimizer final : public OptimizerOp {
     return {};
   }
 
-  void step(const OptimizerStep& st) override {
-    GradientSource g = gradients();
-    g.inv_scale = 1.0f / st.grad_scale;
-    const int64_t n = be_.parameter_count();
-    int* flag = nullptr;
+  // The step's values go to the device (from pageable memory: the copy is
+  // done when this returns); apply() queues the update that reads them.
+  void set_step(const OptimizerStep& st) override {
     checked_ = st.check_finite;
-    if (st.check_finite) {
-      flag = static_cast<int*>(found_inf_->data);
-      CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), be_.stream()));
-      check_finite(g, n, flag, be_.stream());
-    }
-    float* p = be_.region(TensorRole::parameter);
-    void* p16 = be_.half_weights_region();
+    const float inv_scale = 1.0f / st.grad_scale;
     if (s_.name == "adamw") {
-      AdamWArgs a;
+      AdamWArgs& a = host_args_.adamw;
       a.lr = static_cast<float>(st.lr);
       a.weight_decay = static_cast<float>(s_.weight_decay);
       a.beta1 = static_cast<float>(s_.beta1);
@@ -53,21 +46,43 @@ class CudaOptimizer final : public OptimizerOp {
       a.eps = static_cast<float>(s_.eps);
       a.step_size = static_cast<float>(st.lr / (1.0 - std::pow(s_.beta1, double(st.step))));
       a.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(s_.beta2, double(st.step))));
-      adamw_step(p, p16, be_.activation_type(), g, be_.mirror_region("exp_avg"),
-                 be_.mirror_region("exp_avg_sq"), n, a, flag, be_.stream());
+      a.inv_scale = inv_scale;
     } else {
-      SgdArgs a;
+      SgdArgs& a = host_args_.sgd;
       a.lr = static_cast<float>(st.lr);
       a.weight_decay = static_cast<float>(s_.weight_decay);
       a.momentum = static_cast<float>(s_.momentum);
+      a.inv_scale = inv_scale;
       a.nesterov = s_.nesterov;
       a.first = !momentum_started_;
-      float* buf = s_.momentum != 0 ? be_.mirror_region("momentum_buffer") : nullptr;
-      sgd_step(p, p16, be_.activation_type(), g, buf, n, a, flag, be_.stream());
       // If this first step turns out skipped (found_inf), the buffer is still
       // unset and the next applied step starts it.
-      first_pending_ = buf != nullptr && a.first;
-      momentum_started_ = momentum_started_ || buf != nullptr;
+      first_pending_ = s_.momentum != 0 && a.first;
+      momentum_started_ = momentum_started_ || s_.momentum != 0;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(args_->data, &host_args_, sizeof host_args_, cudaMemcpyHostToDevice,
+                               be_.stream()));
+  }
+
+  void apply() override {
+    const GradientSource g = gradients();
+    const int64_t n = be_.parameter_count();
+    int* flag = nullptr;
+    if (checked_) {
+      flag = static_cast<int*>(found_inf_->data);
+      CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), be_.stream()));
+      check_finite(g, n, flag, be_.stream());
+    }
+    float* p = be_.region(TensorRole::parameter);
+    void* p16 = be_.half_weights_region();
+    if (s_.name == "adamw") {
+      adamw_step(p, p16, be_.activation_type(), g, be_.mirror_region("exp_avg"),
+                 be_.mirror_region("exp_avg_sq"), n, &static_cast<Args*>(args_->data)->adamw,
+                 flag, be_.stream());
+    } else {
+      float* buf = s_.momentum != 0 ? be_.mirror_region("momentum_buffer") : nullptr;
+      sgd_step(p, p16, be_.activation_type(), g, buf, n, &static_cast<Args*>(args_->data)->sgd,
+               flag, be_.stream());
     }
   }
 
@@ -144,8 +159,15 @@ class CudaOptimizer final : public OptimizerOp {
     return v;
   }
 
+  union Args {
+    AdamWArgs adamw;
+    SgdArgs sgd;
+  };
+
   CudaBackend& be_;
   OptimizerSettings s_;
+  Args host_args_{};
+  CudaTensor* args_ = nullptr;
   bool accumulation_;
   CudaTensor* found_inf_ = nullptr;
   bool checked_ = false;

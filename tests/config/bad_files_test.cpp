@@ -180,10 +180,11 @@ TEST_CASE("more error cases from text", "[config][errors]") {
     auto e = error_of("name = \"t\"\n[train]\ncuda_graphs = true\n");
     CHECK_THAT(e.what(), Catch::Contains("run 0: cuda_graphs needs a CUDA device"));
   }
-  SECTION("cuda_graphs = true is refused until it is implemented") {
-    auto e = error_of("name = \"t\"\n[train]\ndevice = \"cuda:0\"\ncuda_graphs = true\n", gpu_options());
+  SECTION("cuda_graphs with gradient accumulation") {
+    auto e = error_of("name = \"t\"\n[train]\ndevice = \"cuda:0\"\ncuda_graphs = true\naccumulate = 2\n",
+                      gpu_options());
     CHECK(e.key == "train.cuda_graphs");
-    CHECK_THAT(e.what(), Catch::Contains("not implemented yet"));
+    CHECK_THAT(e.what(), Catch::Contains("needs train.accumulate = 1"));
   }
   SECTION("batch_size auto on the CPU") {
     auto e = error_of("name = \"t\"\n[train]\nbatch_size = \"auto\"\n");

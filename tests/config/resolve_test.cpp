@@ -250,7 +250,7 @@ label = "box"
   CHECK(r.train.steps == 30);
   CHECK(r.train.precision == "bf16");
   CHECK(r.train.cudnn_benchmark == "cached");
-  CHECK_FALSE(r.train.cuda_graphs);  // true is refused until CUDA graphs are implemented
+  CHECK_FALSE(r.train.cuda_graphs);  // with accumulate = 2 graphs are refused
   CHECK(r.train.seed == 42);
   CHECK(r.train.threads == 3);
   CHECK_FALSE(r.train.eval);
@@ -286,4 +286,9 @@ label = "box"
   CHECK(r2.data.random_crop);
   c["train"]["cudnn_benchmark"] = false;
   CHECK(to_run_config(c).train.cudnn_benchmark == "false");
+}
+
+TEST_CASE("cuda_graphs maps to the engine's config", "[config][defaults]") {
+  Plan p = plan_text("name = \"g\"\n[train]\ndevice = \"cuda:0\"\ncuda_graphs = true\n", gpu_options());
+  CHECK(to_run_config(p.runs[0].config).train.cuda_graphs);
 }
