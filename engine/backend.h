@@ -237,6 +237,10 @@ class Backend {
   // from it asynchronously. Default: 64-byte aligned memory.
   virtual void* allocate_host(size_t bytes, bool pinned);
   virtual void free_host(void* p, bool pinned);
+  // Around the measured steps: cudaProfilerStart/Stop on the GPU, so
+  // `nsys profile --capture-range=cudaProfilerApi` records only them.
+  virtual void profiler_start() {}
+  virtual void profiler_stop() {}
   // CUDA graphs: the work queued between begin_capture() and end_capture()
   // is recorded once (not run) and run again by each replay(). Only work
   // whose per-step values live on the device may be recorded.

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "engine/backend.h"
@@ -20,6 +21,7 @@
 #include "engine/schedule.h"
 #include "engine/step_stats.h"
 #include "profiler/layer_timer.h"
+#include "profiler/nvtx.h"
 #include "profiler/phase_timer.h"
 
 namespace xrun {
@@ -52,6 +54,10 @@ data::LoaderOptions loader_options(const RunConfig& cfg, int batch, bool trainin
   const bool pinned = cfg.data.pin_memory;
   o.allocator.allocate = [&backend, pinned](size_t n) { return backend.allocate_host(n, pinned); };
   o.allocator.release = [&backend, pinned](void* p) { backend.free_host(p, pinned); };
+  const std::string thread_name = training ? "xrun loader " : "xrun eval loader ";
+  o.on_worker_start = [thread_name](int w) {
+    profiler::Nvtx::name_this_thread(thread_name + std::to_string(w));
+  };
   return o;
 }
 
@@ -122,8 +128,14 @@ struct Run {
     backend = make_backend(cfg.train.device, backend_options());
     model = std::make_unique<ResNet>(*backend, model_spec(b));
     if (cfg.profile.layers)
-      model->set_layer_hooks({[this](const std::string& name) { layers.begin(name); },
-                              [this] { layers.end(); }});
+      model->set_layer_hooks({[this](const std::string& name) {
+                                profiler::Nvtx::push(name);
+                                layers.begin(name);
+                              },
+                              [this] {
+                                layers.end();
+                                profiler::Nvtx::pop();
+                              }});
     loss = backend->softmax_cross_entropy(model->logits(), model->dlogits());
     optimizer = backend->optimizer(optimizer_settings(), cfg.train.accumulate > 1);
     backend->allocate();
@@ -241,6 +253,7 @@ struct Run {
 
   void save(int64_t step) {
     if (cfg.train.checkpoint.empty()) return;
+    profiler::NvtxRange range("checkpoint");
     const auto t0 = Clock::now();
     CheckpointState st;
     st.step = step;
@@ -254,6 +267,7 @@ struct Run {
 
   // Loss and top-1 accuracy on the test split, BN in inference mode.
   std::pair<double, double> evaluate() {
+    profiler::NvtxRange range("eval");
     const auto t0 = Clock::now();
     layers.set_enabled(false);
     double loss_sum = 0;
@@ -287,6 +301,8 @@ struct Run {
 }  // namespace
 
 TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContext& ctx) {
+  profiler::Nvtx::set_enabled(cfg.profile.nvtx);
+  profiler::NvtxRange run_range("run");
   Run run(cfg, ev, ctx);
   run.set_up();
   const int64_t start = run.initialise();
@@ -323,17 +339,29 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
   auto progress_start = Clock::now();
   int64_t progress_images = 0, progress_steps = 0;
 
+  std::optional<profiler::NvtxRange> epoch_range;
+  bool capturing = false;  // cudaProfilerStart() .. Stop() around the measured steps
   while (step < run.total_steps) {
     if (ev.stop_requested && ev.stop_requested()) {
+      if (capturing) run.backend->profiler_stop();
       run.save(step);
       throw TrainInterrupted("interrupted before " + where(step, epoch));
     }
+    if (!epoch_range) epoch_range.emplace("epoch", epoch);
+    std::optional<profiler::NvtxRange> step_range(std::in_place, "step", step);
     StepRecord rec;
     rec.step = step;
     rec.epoch = epoch;
     rec.kind = run.kind_of(step);
     rec.lr = learning_rate(cfg.train.schedule, cfg.train.optimizer.lr, step, run.total_steps);
     rec.loss_scale = scaler.scale();
+    if (rec.kind == StepKind::measured && !capturing) {
+      run.backend->profiler_start();
+      capturing = true;
+    } else if (rec.kind != StepKind::measured && capturing) {
+      run.backend->profiler_stop();
+      capturing = false;
+    }
     run.phases.set_enabled(rec.kind == StepKind::measured);
     run.layers.set_enabled(cfg.profile.layers && rec.kind == StepKind::measured);
     const float micro_scale = static_cast<float>(scaler.scale()) / static_cast<float>(accumulate);
@@ -450,6 +478,7 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
       progress_images = progress_steps = 0;
     }
 
+    step_range.reset();  // the step's range closes before its epoch's
     if (epoch_done) {
       epoch_rec.seconds = ms_since(epoch_start) / 1000.0;
       epoch_rec.images = epoch_steps * static_cast<int64_t>(run.batch) * accumulate;
@@ -464,6 +493,7 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
       }
       if (ev.epoch) ev.epoch(epoch_rec);
       run.save(step);
+      epoch_range.reset();
       ++epoch;
       in_epoch = 0;
       epoch_rec = EpochRecord{};
@@ -476,6 +506,7 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
     }
   }
 
+  if (capturing) run.backend->profiler_stop();
   summarize_steps(records, result.summary);
   result.summary.peak_memory_bytes = run.backend->peak_memory_bytes();
   result.summary.final_loss = last_loss;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/records.h"
+#include "profiler/nvtx.h"
 
 namespace xrun::profiler {
 
@@ -38,12 +39,16 @@ class PhaseTimer {
   bool enabled_ = true;
 };
 
-// Times a scope into a PhaseTimer (when the timer is enabled).
+// A phase of a step: an NVTX range named for it, and its host time into a
+// PhaseTimer (when the timer is enabled: measured steps only).
 class ScopedPhase {
  public:
   ScopedPhase(PhaseTimer& timer, Phase phase)
-      : timer_(timer), phase_(phase), start_(std::chrono::steady_clock::now()) {}
+      : timer_(timer), phase_(phase), start_(std::chrono::steady_clock::now()) {
+    Nvtx::push(phase_name(phase));
+  }
   ~ScopedPhase() {
+    Nvtx::pop();
     if (!timer_.enabled()) return;
     const auto end = std::chrono::steady_clock::now();
     timer_.add(phase_, std::chrono::duration<double, std::milli>(end - start_).count());

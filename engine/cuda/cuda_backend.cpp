@@ -5,6 +5,8 @@
 // own stream, then normalisation on the device).
 #include "engine/cuda/cuda_backend.h"
 
+#include <cuda_profiler_api.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -521,6 +523,9 @@ void CudaBackend::load_batch(const uint8_t* images, const int32_t* labels, int c
 }
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void CudaBackend::profiler_start() { CUDA_CHECK(cudaProfilerStart()); }
+void CudaBackend::profiler_stop() { CUDA_CHECK(cudaProfilerStop()); }
 
 void CudaBackend::begin_capture() {
   if (graph_exec_) throw std::logic_error("cuda backend: a graph is already recorded");

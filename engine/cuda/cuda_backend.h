@@ -97,6 +97,8 @@ class CudaBackend final : public Backend {
   void load_batch(const uint8_t* images, const int32_t* labels, int count,
                   std::span<const float> mean, std::span<const float> std) override;
   void synchronize() override;
+  void profiler_start() override;
+  void profiler_stop() override;
   bool supports_graphs() const override { return true; }
   void begin_capture() override;
   void end_capture() override;

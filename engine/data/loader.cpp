@@ -183,6 +183,7 @@ struct Loader::Impl {
   }
 
   void work(int w) {
+    if (opt.on_worker_start) opt.on_worker_start(w);
     std::unique_lock lk(mu);
     for (;;) {
       work_cv.wait(lk, [&] { return stopping || can_assign(); });

@@ -29,6 +29,9 @@ struct LoaderOptions {
   int prefetch = 2;          // ring slots (>= 1)
   uint64_t seed = 0;
   HostAllocator allocator;   // empty functions = aligned malloc
+  // Called first on each worker thread with its number (e.g. to name it for
+  // a profiler).
+  std::function<void(int worker)> on_worker_start;
 };
 
 // One batch: `count` valid samples; the slot always holds batch_size samples
