@@ -25,8 +25,16 @@ struct RunArgs {
   std::vector<int> only;          // run indices; empty = all
   std::vector<std::string> sets;
   bool force = false;
+  std::string nsys;  // --nsys [OUT]: run under Nsight Systems, report OUT ("" = not asked)
 };
 int run_command(const RunArgs& args);
+
+// `xrun run ... --nsys OUT`: replaces this process with
+//   nsys profile -t cuda,nvtx,cudnn,cublas --capture-range=cudaProfilerApi
+//        --capture-range-end=stop -o OUT --force-overwrite true xrun run ...
+// (the same arguments without --nsys). Returns only on failure (exit code),
+// saying so when nsys is not on the PATH.
+int run_under_nsys(const RunArgs& args);
 
 using Filters = std::vector<std::pair<std::string, std::string>>;
 

@@ -32,7 +32,19 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--only", run.only, "Run only these indices, e.g. 0,3,5")->delimiter(',');
   run_cmd->add_option("--set", run.sets, "Override a key before the sweep expands: KEY=VALUE (a TOML value)");
   run_cmd->add_flag("--force", run.force, "Run again runs that are already complete in the store");
-  run_cmd->callback([&] { code = run_command(run); });
+  run_cmd->add_option("--nsys", run.nsys,
+                      "Run under Nsight Systems (nsys on the PATH), recording the measured steps "
+                      "into report OUT")
+      ->expected(0, 1)
+      ->default_str("xrun-report");
+  run_cmd->callback([&] {
+    if (run_cmd->count("--nsys") > 0) {
+      if (run.nsys.empty()) run.nsys = "xrun-report";
+      code = run_under_nsys(run);
+    } else {
+      code = run_command(run);
+    }
+  });
 
   RunsArgs runs;
   auto* runs_cmd = app.add_subcommand("runs", "List stored runs with their headline figures");

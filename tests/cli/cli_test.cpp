@@ -97,3 +97,26 @@ TEST_CASE("xrun doctor: reports this machine, --require cuda fails without a GPU
                        json.output.find("\"gpus\":[]") == std::string::npos;
   CHECK(f.xrun("doctor --require cuda").status == (has_gpu ? 0 : 1));
 }
+
+TEST_CASE("xrun run --nsys: runs itself under nsys with the capture range, or says nsys is missing", "[cli]") {
+  CliFixture f;
+  const std::string exp = f.write_experiment("e.toml", xrun_test::small_experiment("e"));
+  // No nsys on the PATH: a clear error, exit 2.
+  auto missing = f.xrun("run " + shell_quote(exp) + " --nsys out");
+  CHECK(missing.status == 2);
+  CHECK_THAT(missing.output, Contains("nsys (Nsight Systems) is not on the PATH") &&
+                                 Contains("--capture-range=cudaProfilerApi"));
+  // A stand-in nsys that records how it was called.
+  xrun_test::write_bytes(f.dir.file("nsys"), "#!/bin/sh\necho \"$@\" > " + f.dir.file("nsys.args") + "\n");
+  std::filesystem::permissions(f.dir.file("nsys"), std::filesystem::perms::owner_all);
+  auto r = xrun_test::run_command("cd " + shell_quote(f.dir.str()) + " && PATH=" +
+                                  shell_quote(f.dir.str()) + ":$PATH " +
+                                  shell_quote(xrun_test::xrun_binary()) + " run " + shell_quote(exp) +
+                                  " --db x.db --set train.steps=3 --nsys rep");
+  CHECK(r.status == 0);
+  const std::string args = xrun_test::read_bytes(f.dir.file("nsys.args"));
+  CHECK_THAT(args, Contains("profile -t cuda,nvtx,cudnn,cublas --capture-range=cudaProfilerApi "
+                            "--capture-range-end=stop -o rep --force-overwrite true") &&
+                       Contains(" run " + exp + " --db x.db --set train.steps=3"));
+  CHECK_FALSE(args.find("--nsys") != std::string::npos);
+}
