@@ -53,6 +53,13 @@ struct KernelRecord {
   double total_ms = 0, min_ms = 0, max_ms = 0;
 };
 
+// A troubleshooting check that fired (profiler/findings.h).
+struct FindingRecord {
+  std::string check;
+  std::string message;
+  double value = 0;
+};
+
 // The algorithm chosen for one convolution pass (CUDA engine).
 struct ConvAlgoChoice {
   int algo = -1;

@@ -167,6 +167,10 @@ int show_command(const ShowArgs& args) {
         phases.push_back({{"phase", p.phase}, {"calls", p.calls}, {"host_ms", p.host_ms},
                           {"gpu_ms", p.gpu_ms}});
       j["phases"] = phases;
+      json findings = json::array();
+      for (const auto& f : d.findings)
+        findings.push_back({{"check", f.check}, {"message", f.message}, {"value", f.value}});
+      j["findings"] = findings;
       std::cout << j.dump(2) << "\n";
       return kOk;
     }
@@ -196,6 +200,10 @@ int show_command(const ShowArgs& args) {
       << "  final loss   " << fixed(d.summary.final_loss, 4) << "   test accuracy "
       << fixed(100.0 * d.summary.test_accuracy, 2) << "%   steps stored " << d.step_count
       << "\n";
+    if (!d.findings.empty()) {
+      o << "\nfindings\n";
+      for (const auto& f : d.findings) o << "  [" << f.check << "] " << f.message << "\n";
+    }
     if (!d.epochs.empty()) {
       o << "\nepochs\n  epoch  train loss  test loss  test acc %   seconds\n";
       for (const auto& e : d.epochs) {

@@ -15,6 +15,7 @@
 #include "engine/device/device_info.h"
 #include "engine/backend.h"
 #include "engine/trainer.h"
+#include "profiler/findings.h"
 #include "runner/commands.h"
 #include "runner/experiment.h"
 #include "runner/progress.h"
@@ -131,6 +132,10 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     db.write_kernels(uuid, result.layers);
     db.write_memory(uuid, result.memory);
     db.write_conv_algorithms(uuid, result.conv_algorithms, device_key);
+    std::vector<FindingRecord> findings;
+    for (const auto& f : profiler::run_findings(cfg, result.summary))
+      findings.push_back({f.check, f.message, f.value});
+    db.write_findings(uuid, findings);
     db.finish_run(uuid, store::RunStatus::complete, result.summary);
     char line[256];
     std::snprintf(line, sizeof line, "complete: %.1f img/s (median step %.1f ms)%s",

@@ -3,7 +3,7 @@
 // then migrate). PRAGMA user_version holds the number of the last migration
 // applied; PRAGMA application_id = 'xrun' marks the file as an xrun store.
 //
-// Schema at the latest version (4):
+// Schema at the latest version (5):
 //
 //   experiments(id, name, file, description, first_seen)  UNIQUE(name, file)
 //   runs(id INTEGER PK, uuid UNIQUE (random v4), experiment -> experiments.id,
@@ -39,6 +39,7 @@
 //   conv_algo_cache(device_key, key, algo, math_type, workspace_bytes,
 //        time_ms, updated_at)  timed choices by card+driver+cuDNN, reused by
 //        cudnn_benchmark = "cached"; runs.algo_search_ms  [version 4]
+//   findings(run, check_name, message, value)  troubleshooting checks  [version 5]
 //   view run_summary: one row per run: id, uuid, experiment (name),
 //        sweep_index, label, device, device_name, batch_size (summary, else
 //        run_params train.batch_size), precision, cudnn_benchmark, workers
@@ -250,8 +251,20 @@ CREATE TABLE conv_algo_cache (
 ALTER TABLE runs ADD COLUMN algo_search_ms REAL;
 )sql";
 
+// Version 5: the troubleshooting checks' findings per run.
+constexpr const char* kVersion5 = R"sql(
+CREATE TABLE findings (
+  run        INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  check_name TEXT NOT NULL,
+  message    TEXT NOT NULL,
+  value      REAL,
+  UNIQUE (run, check_name)
+);
+)sql";
+
 // kMigrations[i] takes a file from version i to version i + 1.
-const std::vector<const char*> kMigrations = {kVersion1, kVersion2, kVersion3, kVersion4};
+const std::vector<const char*> kMigrations = {kVersion1, kVersion2, kVersion3, kVersion4,
+                                              kVersion5};
 
 // --- Opening ----------------------------------------------------------------------
 

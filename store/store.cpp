@@ -384,6 +384,19 @@ void Store::write_conv_algorithms(const std::string& uuid,
   tx.commit();
 }
 
+void Store::write_findings(const std::string& uuid, std::span<const FindingRecord> findings) {
+  Transaction tx(db_, path_);
+  const int64_t run = detail::run_id(db_, path_, uuid);
+  Statement st(db_, path_,
+               "INSERT OR REPLACE INTO findings (run, check_name, message, value)"
+               " VALUES (?1, ?2, ?3, ?4)");
+  for (const FindingRecord& f : findings) {
+    st.bind(1, run).bind(2, f.check).bind(3, f.message).bind(4, f.value);
+    st.run();
+  }
+  tx.commit();
+}
+
 std::map<std::string, ConvAlgoChoice> Store::conv_algo_cache(const std::string& device_key) const {
   std::map<std::string, ConvAlgoChoice> out;
   Statement st(db_, path_,
@@ -627,6 +640,12 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
                   st.real(8)};
       d.conv_algorithms.push_back(r);
     }
+  }
+  {
+    Statement st(db_, path_,
+                 "SELECT check_name, message, value FROM findings WHERE run = ?1 ORDER BY rowid");
+    st.bind(1, *id);
+    while (st.step()) d.findings.push_back({st.text(0), st.text(1), st.real(2)});
   }
   return d;
 }

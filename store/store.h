@@ -86,6 +86,7 @@ struct RunDetail {
   std::vector<KernelRecord> kernels;
   std::vector<MemoryRecord> memory;
   std::vector<ConvAlgoRecord> conv_algorithms;
+  std::vector<FindingRecord> findings;
   int64_t step_count = 0;
   std::string host;
   int64_t pid = 0;
@@ -118,6 +119,7 @@ class Store {
   // "benchmark") also go into the cache of `device_key` (card, driver, cuDNN).
   void write_conv_algorithms(const std::string& uuid, std::span<const ConvAlgoRecord> records,
                              const std::string& device_key);
+  void write_findings(const std::string& uuid, std::span<const FindingRecord> findings);
   // The cached choices for a device, by ConvAlgoRecord::key.
   std::map<std::string, ConvAlgoChoice> conv_algo_cache(const std::string& device_key) const;
   // Ends a run: status, summary figures (for complete runs) and error text.

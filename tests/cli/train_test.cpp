@@ -202,3 +202,27 @@ warmup_steps = 1
                                                   Contains("GiB is available") &&
                                                   Contains("the largest batch that fits is about"));
 }
+
+TEST_CASE("xrun show: the troubleshooting checks' findings", "[cli][train]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("few.toml", R"(name = "few"
+[model]
+arch = "resnet18"
+[data]
+source = "synthetic"
+image_size = 16
+samples = 64
+workers = 0
+[train]
+device = "cpu"
+batch_size = 16
+steps = 4
+eval = false
+[measure]
+warmup_steps = 1
+)");
+  REQUIRE(f.xrun(run_args(f, file)).status == 0);
+  CHECK(f.sql("SELECT check_name FROM findings") == "few_measured_steps");
+  auto show = f.xrun("show 1 --db " + shell_quote(f.db()));
+  CHECK_THAT(show.output, Contains("findings") && Contains("[few_measured_steps] only 3 measured"));
+}

@@ -545,3 +545,18 @@ TEST_CASE("convolution algorithm choices are stored per run and cached per devic
   CHECK(cache.at(timed.key).time_ms == 0.42);
   CHECK(store.conv_algo_cache("RTX 3090 | cc 8.6 | driver 580 | cuDNN 91900").empty());
 }
+
+TEST_CASE("findings round trip", "[store]") {
+  TempDir tmp;
+  Store store(tmp.file("results.db"));
+  const std::string uuid = store.begin_run(make_run());
+  const std::vector<FindingRecord> f = {{"data_wait", "steps waited 30%", 0.3},
+                                        {"few_measured_steps", "only 4", 4}};
+  store.write_findings(uuid, f);
+  auto d = store.get_run(uuid);
+  REQUIRE(d);
+  REQUIRE(d->findings.size() == 2);
+  CHECK(d->findings[0].check == "data_wait");
+  CHECK(d->findings[0].message == "steps waited 30%");
+  CHECK(d->findings[1].value == 4);
+}
