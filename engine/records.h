@@ -53,6 +53,17 @@ struct KernelRecord {
   double total_ms = 0, min_ms = 0, max_ms = 0;
 };
 
+// One range of a trace window (profiler/trace.h): a track (the host's
+// training thread, later a GPU stream), nested ranges on it.
+struct TraceEvent {
+  std::string track;     // "host"
+  std::string name;      // "step", "forward", "layer1.0.conv1"
+  int64_t start_ns = 0;  // since the window began
+  int64_t dur_ns = 0;
+  int64_t payload = -1;  // the step index of a step range
+  int depth = 0;         // nesting depth on its track
+};
+
 // A troubleshooting check that fired (profiler/findings.h).
 struct FindingRecord {
   std::string check;

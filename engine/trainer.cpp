@@ -22,6 +22,7 @@
 #include "engine/step_stats.h"
 #include "profiler/layer_timer.h"
 #include "profiler/nvtx.h"
+#include "profiler/trace.h"
 #include "profiler/phase_timer.h"
 
 namespace xrun {
@@ -341,6 +342,15 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
 
   std::optional<profiler::NvtxRange> epoch_range;
   bool capturing = false;  // cudaProfilerStart() .. Stop() around the measured steps
+  const bool trace_wanted = cfg.profile.cupti == "trace";
+  int64_t traced_steps = 0;
+  // A window still open when the run ends or fails: keep what it has.
+  struct TraceGuard {
+    TrainResult& result;
+    ~TraceGuard() {
+      if (profiler::HostTrace::active()) profiler::HostTrace::stop();
+    }
+  } trace_guard{result};
   while (step < run.total_steps) {
     if (ev.stop_requested && ev.stop_requested()) {
       if (capturing) run.backend->profiler_stop();
@@ -348,11 +358,15 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
       throw TrainInterrupted("interrupted before " + where(step, epoch));
     }
     if (!epoch_range) epoch_range.emplace("epoch", epoch);
+    const StepKind kind = run.kind_of(step);
+    if (trace_wanted && kind == StepKind::measured && !profiler::HostTrace::active() &&
+        traced_steps < cfg.profile.trace_steps)
+      profiler::HostTrace::start();
     std::optional<profiler::NvtxRange> step_range(std::in_place, "step", step);
     StepRecord rec;
     rec.step = step;
     rec.epoch = epoch;
-    rec.kind = run.kind_of(step);
+    rec.kind = kind;
     rec.lr = learning_rate(cfg.train.schedule, cfg.train.optimizer.lr, step, run.total_steps);
     rec.loss_scale = scaler.scale();
     if (rec.kind == StepKind::measured && !capturing) {
@@ -479,6 +493,10 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
     }
 
     step_range.reset();  // the step's range closes before its epoch's
+    if (profiler::HostTrace::active() && ++traced_steps == cfg.profile.trace_steps) {
+      profiler::HostTrace::stop();
+      result.trace = profiler::HostTrace::take();
+    }
     if (epoch_done) {
       epoch_rec.seconds = ms_since(epoch_start) / 1000.0;
       epoch_rec.images = epoch_steps * static_cast<int64_t>(run.batch) * accumulate;
@@ -507,6 +525,10 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
   }
 
   if (capturing) run.backend->profiler_stop();
+  if (profiler::HostTrace::active()) {  // fewer measured steps than trace_steps
+    profiler::HostTrace::stop();
+    result.trace = profiler::HostTrace::take();
+  }
   summarize_steps(records, result.summary);
   result.summary.peak_memory_bytes = run.backend->peak_memory_bytes();
   result.summary.final_loss = last_loss;

@@ -66,6 +66,7 @@ struct TrainResult {
   std::vector<KernelRecord> layers;  // profile.layers: per layer and pass, largest first
   std::vector<MemoryRecord> memory;  // the memory plan by region
   std::vector<ConvAlgoRecord> conv_algorithms;  // CUDA: per convolution and pass
+  std::vector<TraceEvent> trace;  // profile.cupti = "trace": the first measured steps' ranges
   Environment environment;
 };
 

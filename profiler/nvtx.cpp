@@ -1,7 +1,10 @@
 // profiler/nvtx.cpp: see nvtx.h. Registered strings are kept in a map (one
 // registration per distinct name, under a mutex: ranges come from the
-// training thread, thread names from loader threads).
+// training thread, thread names from loader threads). Every range also goes
+// to the host trace while a trace window is open (profiler/trace.h).
 #include "profiler/nvtx.h"
+
+#include "profiler/trace.h"
 
 #include <atomic>
 
@@ -42,6 +45,7 @@ void Nvtx::set_enabled(bool on) { g_enabled = on; }
 bool Nvtx::enabled() { return g_enabled; }
 
 void Nvtx::push(const std::string& name, int64_t payload) {
+  if (HostTrace::active()) HostTrace::begin(name, payload);
 #ifdef XRUN_HAVE_NVTX
   if (!g_enabled) return;
   nvtxEventAttributes_t a = {};
@@ -61,6 +65,7 @@ void Nvtx::push(const std::string& name, int64_t payload) {
 }
 
 void Nvtx::pop() {
+  if (HostTrace::active()) HostTrace::end();
 #ifdef XRUN_HAVE_NVTX
   if (!g_enabled) return;
   nvtxDomainRangePop(domain());

@@ -52,4 +52,11 @@ struct ShowArgs {
 };
 int show_command(const ShowArgs& args);
 
+struct TraceArgs {
+  std::string run;  // id or UUID prefix
+  std::string db = "xrun.db";
+  std::string output = "trace.json";
+};
+int trace_command(const TraceArgs& args);
+
 }  // namespace xrun::cli

@@ -1,6 +1,6 @@
 // runner/main.cpp: the `xrun` command line (CLI11). Parses arguments and
 // hands each subcommand to its function in runner/commands.h; maps parse
-// errors to exit code 2. Subcommands: plan, run, runs, show, doctor (and the
+// errors to exit code 2. Subcommands: plan, run, runs, show, trace, doctor (and the
 // hidden `keys --markdown`, which prints the experiment-key reference).
 #include <CLI/CLI.hpp>
 #include <iostream>
@@ -61,6 +61,13 @@ int main(int argc, char** argv) {
   show_cmd->add_option("--db", show.db, "Result store")->capture_default_str();
   show_cmd->add_flag("--json", show.json, "Print as JSON");
   show_cmd->callback([&] { code = show_command(show); });
+
+  TraceArgs trace;
+  auto* trace_cmd = app.add_subcommand("trace", "Export a run's trace window as Chrome trace JSON (Perfetto)");
+  trace_cmd->add_option("run", trace.run, "Run id or UUID prefix")->required();
+  trace_cmd->add_option("--db", trace.db, "Result store")->capture_default_str();
+  trace_cmd->add_option("-o,--output", trace.output, "Output file")->capture_default_str();
+  trace_cmd->callback([&] { code = trace_command(trace); });
 
   bool doctor_json = false;
   std::string require;

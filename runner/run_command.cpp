@@ -136,6 +136,7 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     for (const auto& f : profiler::run_findings(cfg, result.summary))
       findings.push_back({f.check, f.message, f.value});
     db.write_findings(uuid, findings);
+    db.write_trace(uuid, result.trace);
     db.finish_run(uuid, store::RunStatus::complete, result.summary);
     char line[256];
     std::snprintf(line, sizeof line, "complete: %.1f img/s (median step %.1f ms)%s",

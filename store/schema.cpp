@@ -3,7 +3,7 @@
 // then migrate). PRAGMA user_version holds the number of the last migration
 // applied; PRAGMA application_id = 'xrun' marks the file as an xrun store.
 //
-// Schema at the latest version (5):
+// Schema at the latest version (6):
 //
 //   experiments(id, name, file, description, first_seen)  UNIQUE(name, file)
 //   runs(id INTEGER PK, uuid UNIQUE (random v4), experiment -> experiments.id,
@@ -40,6 +40,8 @@
 //        time_ms, updated_at)  timed choices by card+driver+cuDNN, reused by
 //        cudnn_benchmark = "cached"; runs.algo_search_ms  [version 4]
 //   findings(run, check_name, message, value)  troubleshooting checks  [version 5]
+//   trace_events(run, seq, track, name, start_ns, dur_ns, payload, depth)
+//        profile.cupti = "trace": the ranges of a window of measured steps  [version 6]
 //   view run_summary: one row per run: id, uuid, experiment (name),
 //        sweep_index, label, device, device_name, batch_size (summary, else
 //        run_params train.batch_size), precision, cudnn_benchmark, workers
@@ -262,9 +264,24 @@ CREATE TABLE findings (
 );
 )sql";
 
+// Version 6: trace windows (the timeline `xrun trace` exports).
+constexpr const char* kVersion6 = R"sql(
+CREATE TABLE trace_events (
+  run      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  seq      INTEGER NOT NULL,
+  track    TEXT NOT NULL,
+  name     TEXT NOT NULL,
+  start_ns INTEGER NOT NULL,
+  dur_ns   INTEGER NOT NULL,
+  payload  INTEGER,
+  depth    INTEGER NOT NULL,
+  PRIMARY KEY (run, seq)
+) WITHOUT ROWID;
+)sql";
+
 // kMigrations[i] takes a file from version i to version i + 1.
 const std::vector<const char*> kMigrations = {kVersion1, kVersion2, kVersion3, kVersion4,
-                                              kVersion5};
+                                              kVersion5, kVersion6};
 
 // --- Opening ----------------------------------------------------------------------
 

@@ -397,6 +397,34 @@ void Store::write_findings(const std::string& uuid, std::span<const FindingRecor
   tx.commit();
 }
 
+void Store::write_trace(const std::string& uuid, std::span<const TraceEvent> events) {
+  Transaction tx(db_, path_);
+  const int64_t run = detail::run_id(db_, path_, uuid);
+  Statement st(db_, path_,
+               "INSERT OR REPLACE INTO trace_events (run, seq, track, name, start_ns, dur_ns,"
+               " payload, depth) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  int64_t seq = 0;
+  for (const TraceEvent& e : events) {
+    st.bind(1, run).bind(2, seq++).bind(3, e.track).bind(4, e.name).bind(5, e.start_ns);
+    st.bind(6, e.dur_ns).bind(8, e.depth);
+    if (e.payload >= 0) st.bind(7, e.payload); else st.bind_null(7);
+    st.run();
+  }
+  tx.commit();
+}
+
+std::vector<TraceEvent> Store::get_trace(const std::string& uuid) const {
+  std::vector<TraceEvent> out;
+  Statement st(db_, path_,
+               "SELECT t.track, t.name, t.start_ns, t.dur_ns, coalesce(t.payload, -1), t.depth"
+               " FROM trace_events t JOIN runs r ON r.id = t.run WHERE r.uuid = ?1 ORDER BY t.seq");
+  st.bind(1, uuid);
+  while (st.step())
+    out.push_back({st.text(0), st.text(1), st.int64(2), st.int64(3), st.int64(4),
+                   static_cast<int>(st.int64(5))});
+  return out;
+}
+
 std::map<std::string, ConvAlgoChoice> Store::conv_algo_cache(const std::string& device_key) const {
   std::map<std::string, ConvAlgoChoice> out;
   Statement st(db_, path_,

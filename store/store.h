@@ -120,6 +120,8 @@ class Store {
   void write_conv_algorithms(const std::string& uuid, std::span<const ConvAlgoRecord> records,
                              const std::string& device_key);
   void write_findings(const std::string& uuid, std::span<const FindingRecord> findings);
+  void write_trace(const std::string& uuid, std::span<const TraceEvent> events);
+  std::vector<TraceEvent> get_trace(const std::string& uuid) const;
   // The cached choices for a device, by ConvAlgoRecord::key.
   std::map<std::string, ConvAlgoChoice> conv_algo_cache(const std::string& device_key) const;
   // Ends a run: status, summary figures (for complete runs) and error text.

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_util.h"
 
 using Catch::Matchers::Contains;
@@ -225,4 +227,82 @@ warmup_steps = 1
   CHECK(f.sql("SELECT check_name FROM findings") == "few_measured_steps");
   auto show = f.xrun("show 1 --db " + shell_quote(f.db()));
   CHECK_THAT(show.output, Contains("findings") && Contains("[few_measured_steps] only 3 measured"));
+}
+
+TEST_CASE("xrun trace: a CPU run's trace window as Chrome trace JSON", "[cli][train][trace]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("traced.toml", R"(name = "traced"
+[model]
+arch = "resnet18"
+[data]
+source = "synthetic"
+image_size = 16
+samples = 96
+workers = 1
+[train]
+device = "cpu"
+batch_size = 16
+steps = 6
+eval = false
+[measure]
+warmup_steps = 2
+[profile]
+cupti = "trace"
+trace_steps = 3
+layers = true
+)");
+  REQUIRE(f.xrun(run_args(f, file)).status == 0);
+  const std::string out = f.dir.file("trace.json");
+  auto r = f.xrun("trace 1 --db " + shell_quote(f.db()) + " -o " + shell_quote(out));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto j = nlohmann::json::parse(xrun_test::read_bytes(out));
+  const auto& events = j.at("traceEvents");
+  int steps = 0, complete = 0;
+  std::vector<int64_t> step_payloads;
+  std::vector<std::pair<double, double>> open;  // nesting check on the one host track
+  for (const auto& e : events) {
+    if (e.at("ph") != "X") continue;
+    ++complete;
+    CHECK(e.at("tid") == 1);
+    CHECK(e.at("dur").get<double>() >= 0);
+    const double start = e.at("ts"), end = start + e.at("dur").get<double>();
+    // Events come in start order: an event either nests in the innermost open
+    // one or starts after it ends.
+    while (!open.empty() && start >= open.back().second) open.pop_back();
+    if (!open.empty()) CHECK(end <= open.back().second + 1e-3);
+    open.emplace_back(start, end);
+    if (e.at("name") == "step") {
+      ++steps;
+      step_payloads.push_back(e.at("args").at("step"));
+    }
+  }
+  // The window: the first 3 measured steps (steps 2, 3, 4), phases and layers inside.
+  CHECK(steps == 3);
+  CHECK(step_payloads == std::vector<int64_t>{2, 3, 4});
+  CHECK(complete == std::stoi(f.sql("SELECT count(*) FROM trace_events")));
+  CHECK(std::stoi(f.sql("SELECT count(*) FROM trace_events WHERE name = 'layer2.1.conv2'")) == 6);
+
+  // A run without a trace says how to get one; a run that does not exist is named.
+  const std::string plain = f.write_experiment("plain.toml", R"(name = "plain"
+[model]
+arch = "resnet18"
+[data]
+source = "synthetic"
+image_size = 16
+samples = 32
+workers = 0
+[train]
+device = "cpu"
+batch_size = 16
+steps = 2
+eval = false
+[measure]
+warmup_steps = 1
+)");
+  REQUIRE(f.xrun(run_args(f, plain)).status == 0);
+  auto none = f.xrun("trace 2 --db " + shell_quote(f.db()) + " -o " + shell_quote(out));
+  CHECK(none.status == 1);
+  CHECK_THAT(none.output, Contains("has no trace") && Contains("profile.cupti"));
+  CHECK(f.xrun("trace 9 --db " + shell_quote(f.db())).status == 1);
 }

@@ -40,7 +40,7 @@ TEST_CASE("a new store has every table, the view, the latest version and WAL", "
   CHECK(Store::latest_schema_version() >= 2);
   for (const char* table : {"experiments", "runs", "run_params", "run_environment", "steps",
                             "epochs", "phases", "kernels", "memory", "conv_algorithms",
-                            "conv_algo_cache", "findings"})
+                            "conv_algo_cache", "findings", "trace_events"})
     CHECK(has_object(path, "table", table));
   CHECK(has_object(path, "view", "run_summary"));
   CHECK(sql_int(path, "PRAGMA user_version") == Store::latest_schema_version());
