@@ -90,4 +90,16 @@ inline std::string source_path(const std::string& relative) {
 
 inline std::string xrun_binary() { return std::string(XRUN_BINARY_DIR) + "/runner/xrun"; }
 
+// A tiny CPU experiment file: resnet18 on 16x16 synthetic images, batch 16,
+// `samples` training images read by `workers` threads; `train` holds the
+// [train] lines besides device and batch size, `tables` whole tables to add.
+inline std::string tiny_experiment(const std::string& name, const std::string& train,
+                                   const std::string& tables = "", int samples = 32,
+                                   int workers = 0) {
+  return "name = \"" + name + "\"\n[model]\narch = \"resnet18\"\n[data]\nsource = \"synthetic\"\n" +
+         "image_size = 16\nsamples = " + std::to_string(samples) + "\nworkers = " +
+         std::to_string(workers) + "\n[train]\ndevice = \"cpu\"\nbatch_size = 16\n" + train +
+         "\n[measure]\nwarmup_steps = 1\n" + tables;
+}
+
 }  // namespace xrun_test

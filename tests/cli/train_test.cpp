@@ -38,10 +38,13 @@ pid_t spawn_xrun(const CliFixture& f, const std::string& file) {
   return pid;
 }
 
-// Waits until the store holds at least `steps` steps (or gives up after 120 s).
-bool wait_for_steps(const CliFixture& f, int steps) {
+// Waits until the store holds at least `steps` steps (or gives up after 120 s,
+// or as soon as the process has ended).
+bool wait_for_steps(const CliFixture& f, int steps, pid_t pid) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return false;  // it ended (and is reaped)
     try {
       if (std::filesystem::exists(f.db()) && std::stoi(f.sql("SELECT count(*) FROM steps")) >= steps)
         return true;
@@ -156,7 +159,7 @@ TEST_CASE("xrun run: Ctrl-C stops after the current step, exit 130, steps kept",
   const std::string file = f.write_experiment(
       "long.toml", small_experiment("long", "[store]\nlabel = \"box\"\n"));
   const pid_t pid = spawn_xrun(f, file);
-  REQUIRE(wait_for_steps(f, 5));
+  REQUIRE(wait_for_steps(f, 5, pid));
   kill(pid, SIGINT);
   CHECK(wait_exit(pid) == 130);
   CHECK(f.sql("SELECT status FROM runs") == "interrupted");
@@ -170,7 +173,7 @@ TEST_CASE("xrun run: a killed xrun leaves `running`; the next one marks it inter
   CliFixture f;
   const std::string file = f.write_experiment("killed.toml", small_experiment("killed"));
   const pid_t pid = spawn_xrun(f, file);
-  REQUIRE(wait_for_steps(f, 3));
+  REQUIRE(wait_for_steps(f, 3, pid));
   kill(pid, SIGKILL);
   CHECK(wait_exit(pid) == 128 + SIGKILL);
   CHECK(f.sql("SELECT status FROM runs") == "running");
@@ -207,22 +210,8 @@ warmup_steps = 1
 
 TEST_CASE("xrun show: the troubleshooting checks' findings", "[cli][train]") {
   CliFixture f;
-  const std::string file = f.write_experiment("few.toml", R"(name = "few"
-[model]
-arch = "resnet18"
-[data]
-source = "synthetic"
-image_size = 16
-samples = 64
-workers = 0
-[train]
-device = "cpu"
-batch_size = 16
-steps = 4
-eval = false
-[measure]
-warmup_steps = 1
-)");
+  const std::string file = f.write_experiment(
+      "few.toml", xrun_test::tiny_experiment("few", "steps = 4\neval = false", "", 64));
   REQUIRE(f.xrun(run_args(f, file)).status == 0);
   CHECK(f.sql("SELECT check_name FROM findings") == "few_measured_steps");
   auto show = f.xrun("show 1 --db " + shell_quote(f.db()));
@@ -231,26 +220,10 @@ warmup_steps = 1
 
 TEST_CASE("xrun trace: a CPU run's trace window as Chrome trace JSON", "[cli][train][trace]") {
   CliFixture f;
-  const std::string file = f.write_experiment("traced.toml", R"(name = "traced"
-[model]
-arch = "resnet18"
-[data]
-source = "synthetic"
-image_size = 16
-samples = 96
-workers = 1
-[train]
-device = "cpu"
-batch_size = 16
-steps = 6
-eval = false
-[measure]
-warmup_steps = 2
-[profile]
-cupti = "trace"
-trace_steps = 3
-layers = true
-)");
+  const std::string file = f.write_experiment(
+      "traced.toml",
+      xrun_test::tiny_experiment("traced", "steps = 6\neval = false",
+                                 "[profile]\ncupti = \"trace\"\ntrace_steps = 3\nlayers = true\n", 96, 1));
   REQUIRE(f.xrun(run_args(f, file)).status == 0);
   const std::string out = f.dir.file("trace.json");
   auto r = f.xrun("trace 1 --db " + shell_quote(f.db()) + " -o " + shell_quote(out));
@@ -277,29 +250,15 @@ layers = true
       step_payloads.push_back(e.at("args").at("step"));
     }
   }
-  // The window: the first 3 measured steps (steps 2, 3, 4), phases and layers inside.
+  // The window: the first 3 measured steps (steps 1, 2, 3), phases and layers inside.
   CHECK(steps == 3);
-  CHECK(step_payloads == std::vector<int64_t>{2, 3, 4});
+  CHECK(step_payloads == std::vector<int64_t>{1, 2, 3});
   CHECK(complete == std::stoi(f.sql("SELECT count(*) FROM trace_events")));
   CHECK(std::stoi(f.sql("SELECT count(*) FROM trace_events WHERE name = 'layer2.1.conv2'")) == 6);
 
   // A run without a trace says how to get one; a run that does not exist is named.
-  const std::string plain = f.write_experiment("plain.toml", R"(name = "plain"
-[model]
-arch = "resnet18"
-[data]
-source = "synthetic"
-image_size = 16
-samples = 32
-workers = 0
-[train]
-device = "cpu"
-batch_size = 16
-steps = 2
-eval = false
-[measure]
-warmup_steps = 1
-)");
+  const std::string plain =
+      f.write_experiment("plain.toml", xrun_test::tiny_experiment("plain", "steps = 2\neval = false"));
   REQUIRE(f.xrun(run_args(f, plain)).status == 0);
   auto none = f.xrun("trace 2 --db " + shell_quote(f.db()) + " -o " + shell_quote(out));
   CHECK(none.status == 1);

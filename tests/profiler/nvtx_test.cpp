@@ -153,24 +153,8 @@ TEST_CASE("NVTX: profile.nvtx = false emits nothing", "[profiler][nvtx]") {
   return;
 #else
   ScratchDir dir;
-  write_bytes(dir.file("quiet.toml"), R"(name = "quiet"
-[model]
-arch = "resnet18"
-[data]
-source = "synthetic"
-image_size = 16
-samples = 32
-workers = 0
-[train]
-device = "cpu"
-batch_size = 16
-steps = 2
-eval = false
-[measure]
-warmup_steps = 1
-[profile]
-nvtx = false
-)");
+  write_bytes(dir.file("quiet.toml"),
+              tiny_experiment("quiet", "steps = 2\neval = false", "[profile]\nnvtx = false\n"));
   const std::string log = dir.file("nvtx.log");
   const auto r = run_command("cd " + shell_quote(dir.str()) + " && NVTX_INJECTION64_PATH=" +
                              shell_quote(XRUN_NVTX_RECORDER) + " XRUN_NVTX_LOG=" + shell_quote(log) +
