@@ -21,6 +21,8 @@ class CudaLoss final : public LossOp {
 
   using LossOp::forward_backward;
   void set_grad_scale(float grad_scale) override {
+    if (uploaded_ && grad_scale == grad_scale_host_) return;  // unchanged: no copy per step
+    uploaded_ = true;
     grad_scale_host_ = grad_scale;
     CUDA_CHECK(cudaMemcpyAsync(grad_scale_->data, &grad_scale_host_, sizeof(float),
                                cudaMemcpyHostToDevice, be_.stream()));
@@ -53,6 +55,7 @@ class CudaLoss final : public LossOp {
   CudaTensor* totals_ = nullptr;
   CudaTensor* grad_scale_ = nullptr;
   float grad_scale_host_ = 1.0f;  // the source of the last upload (pageable: copied at once)
+  bool uploaded_ = false;
 };
 
 }  // namespace
