@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -53,6 +54,17 @@ struct KernelRecord {
   double total_ms = 0, min_ms = 0, max_ms = 0;
 };
 
+// Copies (or memsets) of one direction and host memory kind over the traced
+// steps (CUDA engine with CUPTI). direction: h2d | d2h | d2d | h2h | memset;
+// memory: pinned | pageable | device.
+struct MemcpyRecord {
+  std::string direction;
+  std::string memory;
+  int64_t count = 0;
+  int64_t bytes = 0;
+  double total_ms = 0;
+};
+
 // One range of a trace window (profiler/trace.h): a track (the host's
 // training thread, later a GPU stream), nested ranges on it.
 struct TraceEvent {
@@ -62,6 +74,7 @@ struct TraceEvent {
   int64_t dur_ns = 0;
   int64_t payload = -1;  // the step index of a step range
   int depth = 0;         // nesting depth on its track
+  int64_t flow = 0;      // CUPTI correlation id joining a launch to its kernel (0: none)
 };
 
 // A troubleshooting check that fired (profiler/findings.h).
@@ -121,6 +134,11 @@ struct RunSummary {
   double test_loss = 0;
   int batch_size = 0;           // as run (resolves "auto")
   double algo_search_ms = 0;    // CUDA: time spent choosing convolution algorithms
+  // CUPTI (profile.cupti summary/trace): median step time of traced steps over
+  // that of untraced ones, minus 1 (NaN when not measured), and how many
+  // measured steps the kernel and copy totals cover.
+  double cupti_overhead = std::numeric_limits<double>::quiet_NaN();
+  int64_t cupti_steps = 0;
 };
 
 }  // namespace xrun

@@ -36,8 +36,6 @@ int run_command(const RunArgs& args);
 // saying so when nsys is not on the PATH.
 int run_under_nsys(const RunArgs& args);
 
-using Filters = std::vector<std::pair<std::string, std::string>>;
-
 struct RunsArgs {
   std::string db = "xrun.db";
   std::vector<std::string> where;  // "KEY=VALUE"
@@ -58,5 +56,42 @@ struct TraceArgs {
   std::string output = "trace.json";
 };
 int trace_command(const TraceArgs& args);
+
+// `xrun merge --into OUT IN...` (runner/merge_command.cpp, store/merge.cpp).
+struct MergeArgs {
+  std::string into;
+  std::vector<std::string> inputs;
+};
+int merge_command(const MergeArgs& args);
+
+// `xrun compare --by KEY ...` (runner/compare_command.cpp, runner/compare.cpp).
+struct CompareArgs {
+  std::string db = "xrun.db";
+  std::string by;                  // label | device | a setting (train.precision)
+  std::string baseline;            // "" = the first value in sort order
+  std::vector<std::string> where;  // "KEY=VALUE"
+  std::string format = "table";    // table | markdown | csv | json
+};
+int compare_command(const CompareArgs& args);
+
+// `xrun report -o report.html` (runner/report_command.cpp, runner/report/).
+struct ReportArgs {
+  std::string db = "xrun.db";
+  std::vector<std::string> where;  // "KEY=VALUE"
+  std::string output = "report.html";
+  std::string by = "label";        // the comparison axis of the speedup chart
+  std::string baseline;            // "" = the first value
+};
+int report_command(const ReportArgs& args);
+
+// `xrun export --format csv|json --table ...` (runner/export_command.cpp).
+struct ExportArgs {
+  std::string db = "xrun.db";
+  std::vector<std::string> where;  // "KEY=VALUE"
+  std::string format = "csv";      // csv | json
+  std::string table = "runs";      // runs | steps | epochs | kernels
+  std::string output;              // "" = standard output
+};
+int export_command(const ExportArgs& args);
 
 }  // namespace xrun::cli

@@ -1,7 +1,8 @@
 // runner/main.cpp: the `xrun` command line (CLI11). Parses arguments and
 // hands each subcommand to its function in runner/commands.h; maps parse
-// errors to exit code 2. Subcommands: plan, run, runs, show, trace, doctor (and the
-// hidden `keys --markdown`, which prints the experiment-key reference).
+// errors to exit code 2. Subcommands: plan, run, runs, show, trace, merge,
+// compare, report, export, doctor (and the hidden `keys --markdown`, which
+// prints the experiment-key reference).
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -68,6 +69,45 @@ int main(int argc, char** argv) {
   trace_cmd->add_option("--db", trace.db, "Result store")->capture_default_str();
   trace_cmd->add_option("-o,--output", trace.output, "Output file")->capture_default_str();
   trace_cmd->callback([&] { code = trace_command(trace); });
+
+  MergeArgs merge;
+  auto* merge_cmd = app.add_subcommand("merge", "Bring the runs of result files from other machines into one store (by run UUID; merging twice adds nothing)");
+  merge_cmd->add_option("--into", merge.into, "Store to merge into (created if absent)")->required();
+  merge_cmd->add_option("inputs", merge.inputs, "Result files to merge from")->required();
+  merge_cmd->callback([&] { code = merge_command(merge); });
+
+  CompareArgs compare;
+  auto* compare_cmd = app.add_subcommand("compare", "Match runs that differ only in one key and show throughput ratios with 95% confidence intervals");
+  compare_cmd->add_option("--db", compare.db, "Result store")->capture_default_str();
+  compare_cmd->add_option("--by", compare.by, "What to compare: label, device or a setting (train.precision, train.batch_size, ...)")->required();
+  compare_cmd->add_option("--baseline", compare.baseline, "The value ratios are taken against (default: the first)");
+  compare_cmd->add_option("--where", compare.where, "Filter: KEY=VALUE on a setting or a column");
+  compare_cmd->add_option("--format", compare.format, "Output format")
+      ->check(CLI::IsMember({"table", "markdown", "csv", "json"}))
+      ->capture_default_str();
+  compare_cmd->callback([&] { code = compare_command(compare); });
+
+  ReportArgs report;
+  auto* report_cmd = app.add_subcommand("report", "Write a self-contained HTML report (charts as inline SVG)");
+  report_cmd->add_option("--db", report.db, "Result store")->capture_default_str();
+  report_cmd->add_option("--where", report.where, "Filter: KEY=VALUE on a setting or a column");
+  report_cmd->add_option("--by", report.by, "Comparison axis of the speedup chart")->capture_default_str();
+  report_cmd->add_option("--baseline", report.baseline, "Baseline value of the speedup chart (default: the first)");
+  report_cmd->add_option("-o,--output", report.output, "Output file")->capture_default_str();
+  report_cmd->callback([&] { code = report_command(report); });
+
+  ExportArgs exp;
+  auto* export_cmd = app.add_subcommand("export", "Export a table of the store as CSV or JSON (for pandas or a spreadsheet)");
+  export_cmd->add_option("--db", exp.db, "Result store")->capture_default_str();
+  export_cmd->add_option("--where", exp.where, "Filter runs: KEY=VALUE on a setting or a column");
+  export_cmd->add_option("--format", exp.format, "Output format")
+      ->check(CLI::IsMember({"csv", "json"}))
+      ->capture_default_str();
+  export_cmd->add_option("--table", exp.table, "What to export")
+      ->check(CLI::IsMember({"runs", "steps", "epochs", "kernels"}))
+      ->capture_default_str();
+  export_cmd->add_option("-o,--output", exp.output, "Output file (default: standard output)");
+  export_cmd->callback([&] { code = export_command(exp); });
 
   bool doctor_json = false;
   std::string require;

@@ -279,9 +279,28 @@ CREATE TABLE trace_events (
 ) WITHOUT ROWID;
 )sql";
 
+// Version 7: CUPTI figures. Copies and memsets per direction and host memory
+// kind; the CUPTI overhead (step time traced / untraced - 1) and the number
+// of traced steps the kernel and copy totals cover; a flow id joining a
+// launch on a host track to its kernel on a GPU stream track.
+constexpr const char* kVersion7 = R"sql(
+CREATE TABLE memcpy (
+  run       INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  direction TEXT NOT NULL,
+  memory    TEXT NOT NULL,
+  count     INTEGER NOT NULL DEFAULT 0,
+  bytes     INTEGER NOT NULL DEFAULT 0,
+  total_ms  REAL,
+  UNIQUE (run, direction, memory)
+);
+ALTER TABLE runs ADD COLUMN cupti_overhead REAL;
+ALTER TABLE runs ADD COLUMN cupti_steps INTEGER;
+ALTER TABLE trace_events ADD COLUMN flow INTEGER;
+)sql";
+
 // kMigrations[i] takes a file from version i to version i + 1.
 const std::vector<const char*> kMigrations = {kVersion1, kVersion2, kVersion3, kVersion4,
-                                              kVersion5, kVersion6};
+                                              kVersion5, kVersion6, kVersion7};
 
 // --- Opening ----------------------------------------------------------------------
 

@@ -344,6 +344,20 @@ void Store::write_kernels(const std::string& uuid, std::span<const KernelRecord>
   tx.commit();
 }
 
+void Store::write_memcpy(const std::string& uuid, std::span<const MemcpyRecord> copies) {
+  Transaction tx(db_, path_);
+  const int64_t run = detail::run_id(db_, path_, uuid);
+  Statement st(db_, path_,
+               "INSERT OR REPLACE INTO memcpy (run, direction, memory, count, bytes, total_ms)"
+               " VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+  for (const MemcpyRecord& m : copies) {
+    st.bind(1, run).bind(2, m.direction).bind(3, m.memory).bind(4, m.count).bind(5, m.bytes);
+    st.bind(6, m.total_ms);
+    st.run();
+  }
+  tx.commit();
+}
+
 void Store::write_memory(const std::string& uuid, std::span<const MemoryRecord> regions) {
   Transaction tx(db_, path_);
   const int64_t run = detail::run_id(db_, path_, uuid);
@@ -402,12 +416,13 @@ void Store::write_trace(const std::string& uuid, std::span<const TraceEvent> eve
   const int64_t run = detail::run_id(db_, path_, uuid);
   Statement st(db_, path_,
                "INSERT OR REPLACE INTO trace_events (run, seq, track, name, start_ns, dur_ns,"
-               " payload, depth) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+               " payload, depth, flow) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
   int64_t seq = 0;
   for (const TraceEvent& e : events) {
     st.bind(1, run).bind(2, seq++).bind(3, e.track).bind(4, e.name).bind(5, e.start_ns);
     st.bind(6, e.dur_ns).bind(8, e.depth);
     if (e.payload >= 0) st.bind(7, e.payload); else st.bind_null(7);
+    if (e.flow != 0) st.bind(9, e.flow); else st.bind_null(9);
     st.run();
   }
   tx.commit();
@@ -416,12 +431,13 @@ void Store::write_trace(const std::string& uuid, std::span<const TraceEvent> eve
 std::vector<TraceEvent> Store::get_trace(const std::string& uuid) const {
   std::vector<TraceEvent> out;
   Statement st(db_, path_,
-               "SELECT t.track, t.name, t.start_ns, t.dur_ns, coalesce(t.payload, -1), t.depth"
+               "SELECT t.track, t.name, t.start_ns, t.dur_ns, coalesce(t.payload, -1), t.depth,"
+               " coalesce(t.flow, 0)"
                " FROM trace_events t JOIN runs r ON r.id = t.run WHERE r.uuid = ?1 ORDER BY t.seq");
   st.bind(1, uuid);
   while (st.step())
     out.push_back({st.text(0), st.text(1), st.int64(2), st.int64(3), st.int64(4),
-                   static_cast<int>(st.int64(5))});
+                   static_cast<int>(st.int64(5)), st.int64(6)});
   return out;
 }
 
@@ -455,13 +471,15 @@ void Store::finish_run(const std::string& uuid, RunStatus status, const RunSumma
                   " step_ms_median = ?6, step_ms_p10 = ?7, step_ms_p90 = ?8, step_ms_mean = ?9,"
                   " step_ms_stddev = ?10, step_outliers = ?11, data_wait_fraction = ?12,"
                   " peak_memory_bytes = ?13, skipped_steps = ?14, final_loss = ?15,"
-                  " test_accuracy = ?16, test_loss = ?17, algo_search_ms = ?19 WHERE id = ?18");
+                  " test_accuracy = ?16, test_loss = ?17, algo_search_ms = ?19,"
+                  " cupti_overhead = ?20, cupti_steps = NULLIF(?21, 0) WHERE id = ?18");
     sum.bind(1, s.batch_size).bind(2, s.measured_steps).bind(3, s.measured_images);
     sum.bind(4, s.measured_seconds).bind(5, s.throughput).bind(6, s.step_ms_median);
     sum.bind(7, s.step_ms_p10).bind(8, s.step_ms_p90).bind(9, s.step_ms_mean);
     sum.bind(10, s.step_ms_stddev).bind(11, s.step_outliers).bind(12, s.data_wait_fraction);
     sum.bind(13, s.peak_memory_bytes).bind(14, s.skipped_steps).bind(15, s.final_loss);
     sum.bind(16, s.test_accuracy).bind(17, s.test_loss).bind(18, run).bind(19, s.algo_search_ms);
+    sum.bind(20, s.cupti_overhead).bind(21, s.cupti_steps);
     sum.run();
   }
   tx.commit();
@@ -571,7 +589,8 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
                  " r.step_ms_p90, r.step_ms_mean, r.step_ms_stddev, r.step_outliers,"
                  " r.data_wait_fraction, r.peak_memory_bytes, r.skipped_steps, r.final_loss,"
                  " r.test_accuracy, r.test_loss, r.batch_size,"
-                 " (SELECT count(*) FROM steps WHERE run = r.id), r.algo_search_ms"
+                 " (SELECT count(*) FROM steps WHERE run = r.id), r.algo_search_ms,"
+                 " r.cupti_overhead, coalesce(r.cupti_steps, 0)"
                  " FROM runs r JOIN experiments e ON e.id = r.experiment WHERE r.id = ?1");
     st.bind(1, *id);
     st.step();
@@ -601,6 +620,8 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
       s.batch_size = static_cast<int>(st.int64(22));
       s.algo_search_ms = st.real(24);
       if (std::isnan(s.algo_search_ms)) s.algo_search_ms = 0;
+      s.cupti_overhead = st.real(25);
+      s.cupti_steps = st.int64(26);
     }
     d.step_count = st.int64(23);
   }
@@ -646,6 +667,14 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
     while (st.step())
       d.kernels.push_back(
           {st.text(0), st.text(1), st.int64(2), st.real(3), st.real(4), st.real(5)});
+  }
+  {
+    Statement st(db_, path_,
+                 "SELECT direction, memory, count, bytes, total_ms FROM memcpy WHERE run = ?1"
+                 " ORDER BY rowid");
+    st.bind(1, *id);
+    while (st.step())
+      d.memcpy.push_back({st.text(0), st.text(1), st.int64(2), st.int64(3), st.real(4)});
   }
   {
     Statement st(db_, path_, "SELECT region, bytes FROM memory WHERE run = ?1 ORDER BY rowid");

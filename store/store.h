@@ -84,6 +84,7 @@ struct RunDetail {
   std::vector<EpochRecord> epochs;
   std::vector<PhaseRecord> phases;
   std::vector<KernelRecord> kernels;
+  std::vector<MemcpyRecord> memcpy;
   std::vector<MemoryRecord> memory;
   std::vector<ConvAlgoRecord> conv_algorithms;
   std::vector<FindingRecord> findings;
@@ -114,6 +115,7 @@ class Store {
   void write_epoch(const std::string& uuid, const EpochRecord& epoch);
   void write_phases(const std::string& uuid, std::span<const PhaseRecord> phases);
   void write_kernels(const std::string& uuid, std::span<const KernelRecord> kernels);
+  void write_memcpy(const std::string& uuid, std::span<const MemcpyRecord> copies);
   void write_memory(const std::string& uuid, std::span<const MemoryRecord> regions);
   // CUDA: the run's convolution algorithm choices; timed ones (source
   // "benchmark") also go into the cache of `device_key` (card, driver, cuDNN).
