@@ -20,6 +20,7 @@
 #include "engine/model/resnet.h"
 #include "engine/schedule.h"
 #include "engine/step_stats.h"
+#include "profiler/activity_capture.h"
 #include "profiler/layer_timer.h"
 #include "profiler/nvtx.h"
 #include "profiler/trace.h"
@@ -301,6 +302,32 @@ struct Run {
 
 }  // namespace
 
+// CUPTI's figures into the result: kernels, copies, GPU time per phase, the
+// overhead, the GPU findings, and GPU tracks joined to the host trace.
+static void collect_gpu_activity(profiler::GpuActivity& gpu, const RunConfig& cfg, TrainResult& result) {
+  const profiler::ActivityLog& log = gpu.log();
+  result.kernels = log.kernels();
+  result.copies = log.copies();
+  result.summary.cupti_steps = log.steps();
+  result.summary.cupti_overhead = gpu.overhead();
+  result.gpu_findings = profiler::activity_findings(log, cfg.train.log_every);
+  if (gpu.dropped_records() > 0)
+    result.gpu_findings.push_back(
+        {"cupti_dropped", std::to_string(gpu.dropped_records()) +
+                              " CUPTI record(s) dropped: kernel and copy totals are incomplete",
+         static_cast<double>(gpu.dropped_records())});
+  const auto gpu_ms = log.phase_gpu_ms();
+  for (PhaseRecord& p : result.phases) {
+    auto it = gpu_ms.find(p.phase);
+    if (it != gpu_ms.end()) p.gpu_ms = it->second;
+  }
+  std::vector<TraceEvent> gpu_events = gpu.take_trace();
+  if (!gpu_events.empty()) {
+    result.trace.insert(result.trace.end(), gpu_events.begin(), gpu_events.end());
+    profiler::assign_depths(result.trace);
+  }
+}
+
 TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContext& ctx) {
   profiler::Nvtx::set_enabled(cfg.profile.nvtx);
   profiler::NvtxRange run_range("run");
@@ -344,6 +371,18 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
   bool capturing = false;  // cudaProfilerStart() .. Stop() around the measured steps
   const bool trace_wanted = cfg.profile.cupti == "trace";
   int64_t traced_steps = 0;
+  // CUPTI on the GPU: kernels and copies of the traced measured steps (all
+  // of the trace window, then every other step so that untraced steps give
+  // the overhead figure). When it cannot start the run goes on with NVTX.
+  std::unique_ptr<profiler::GpuActivity> gpu_activity;
+  int64_t measured_index = 0;
+  if (cfg.profile.cupti != "off" && !sync_backend) {
+    std::string why_not;
+    gpu_activity =
+        profiler::GpuActivity::start(trace_wanted ? cfg.profile.trace_steps : 0, why_not);
+    if (!gpu_activity && ev.message)
+      ev.message("CUPTI tracing off: " + why_not + "; NVTX ranges and host timers go on");
+  }
   // A window still open when the run ends or fails: keep what it has.
   struct TraceGuard {
     TrainResult& result;
@@ -360,8 +399,11 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
     if (!epoch_range) epoch_range.emplace("epoch", epoch);
     const StepKind kind = run.kind_of(step);
     if (trace_wanted && kind == StepKind::measured && !profiler::HostTrace::active() &&
-        traced_steps < cfg.profile.trace_steps)
+        traced_steps < cfg.profile.trace_steps) {
       profiler::HostTrace::start();
+      if (gpu_activity) gpu_activity->mark_trace_origin();
+    }
+    if (gpu_activity && kind == StepKind::measured) gpu_activity->begin_step(measured_index);
     std::optional<profiler::NvtxRange> step_range(std::in_place, "step", step);
     StepRecord rec;
     rec.step = step;
@@ -448,6 +490,10 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
       run.backend->synchronize();
     }
     rec.step_ms = ms_since(t0);
+    if (gpu_activity && kind == StepKind::measured) {
+      gpu_activity->end_step(rec.step_ms);
+      ++measured_index;
+    }
     ++step;
     ++in_epoch;
     ++epoch_steps;
@@ -529,6 +575,7 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
     profiler::HostTrace::stop();
     result.trace = profiler::HostTrace::take();
   }
+  if (gpu_activity) collect_gpu_activity(*gpu_activity, cfg, result);
   summarize_steps(records, result.summary);
   result.summary.peak_memory_bytes = run.backend->peak_memory_bytes();
   result.summary.final_loss = last_loss;

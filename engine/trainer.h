@@ -67,6 +67,11 @@ struct TrainResult {
   std::vector<MemoryRecord> memory;  // the memory plan by region
   std::vector<ConvAlgoRecord> conv_algorithms;  // CUDA: per convolution and pass
   std::vector<TraceEvent> trace;  // profile.cupti = "trace": the first measured steps' ranges
+  // CUDA with CUPTI (profile.cupti summary/trace): per kernel and phase,
+  // copies per direction, and the GPU checks' findings, over the traced steps.
+  std::vector<KernelRecord> kernels;
+  std::vector<MemcpyRecord> copies;
+  std::vector<FindingRecord> gpu_findings;
   Environment environment;
 };
 

@@ -1,7 +1,8 @@
 // profiler/nvtx.cpp: see nvtx.h. Registered strings are kept in a map (one
 // registration per distinct name, under a mutex: ranges come from the
 // training thread, thread names from loader threads). Every range also goes
-// to the host trace while a trace window is open (profiler/trace.h).
+// to the host trace while a trace window is open (profiler/trace.h), and to
+// the range listener (CUPTI's external correlation ids) when there is one.
 #include "profiler/nvtx.h"
 
 #include "profiler/trace.h"
@@ -21,6 +22,7 @@ namespace xrun::profiler {
 
 namespace {
 std::atomic<bool> g_enabled{true};
+std::atomic<RangeListener*> g_listener{nullptr};
 
 #ifdef XRUN_HAVE_NVTX
 nvtxDomainHandle_t domain() {
@@ -44,8 +46,11 @@ nvtxStringHandle_t registered(const std::string& name) {
 void Nvtx::set_enabled(bool on) { g_enabled = on; }
 bool Nvtx::enabled() { return g_enabled; }
 
+void Nvtx::set_listener(RangeListener* listener) { g_listener = listener; }
+
 void Nvtx::push(const std::string& name, int64_t payload) {
   if (HostTrace::active()) HostTrace::begin(name, payload);
+  if (RangeListener* l = g_listener.load()) l->on_push(name);
 #ifdef XRUN_HAVE_NVTX
   if (!g_enabled) return;
   nvtxEventAttributes_t a = {};
@@ -66,6 +71,7 @@ void Nvtx::push(const std::string& name, int64_t payload) {
 
 void Nvtx::pop() {
   if (HostTrace::active()) HostTrace::end();
+  if (RangeListener* l = g_listener.load()) l->on_pop();
 #ifdef XRUN_HAVE_NVTX
   if (!g_enabled) return;
   nvtxDomainRangePop(domain());

@@ -11,6 +11,15 @@
 
 namespace xrun::profiler {
 
+// Told of every range the training thread pushes and pops (CUPTI's external
+// correlation ids follow them: profiler/activity_capture.h).
+class RangeListener {
+ public:
+  virtual ~RangeListener() = default;
+  virtual void on_push(const std::string& name) = 0;
+  virtual void on_pop() = 0;
+};
+
 class Nvtx {
  public:
   // profile.nvtx: off = every call returns at once.
@@ -22,6 +31,8 @@ class Nvtx {
   static void pop();
   // Names the calling OS thread ("xrun loader 0").
   static void name_this_thread(const std::string& name);
+  // At most one listener; nullptr removes it. Called whether or not NVTX is enabled.
+  static void set_listener(RangeListener* listener);
 };
 
 // A range for the lifetime of a scope.

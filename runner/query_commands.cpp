@@ -100,6 +100,13 @@ int show_command(const ShowArgs& args) {
         phases.push_back({{"phase", p.phase}, {"calls", p.calls}, {"host_ms", p.host_ms},
                           {"gpu_ms", p.gpu_ms}});
       j["phases"] = phases;
+      json copies = json::array();
+      for (const auto& m : d.memcpy)
+        copies.push_back({{"direction", m.direction}, {"memory", m.memory}, {"count", m.count},
+                          {"bytes", m.bytes}, {"total_ms", m.total_ms}});
+      j["copies"] = copies;
+      j["cupti_steps"] = d.summary.cupti_steps;
+      j["cupti_overhead"] = number_or_null(d.summary.cupti_overhead);
       json findings = json::array();
       for (const auto& f : d.findings)
         findings.push_back({{"check", f.check}, {"message", f.message}, {"value", f.value}});
@@ -170,13 +177,37 @@ int show_command(const ShowArgs& args) {
     }
     if (!d.phases.empty()) {
       double total = 0;
-      for (const auto& p : d.phases) total += p.host_ms;
-      o << "\nphases (host time over the measured steps; eval and checkpoint over the run)\n";
+      bool gpu = false;
       for (const auto& p : d.phases) {
-        char line[160];
-        std::snprintf(line, sizeof line, "  %-11s %8lld calls %11.1f ms %6.1f%%\n",
-                      p.phase.c_str(), static_cast<long long>(p.calls), p.host_ms,
+        total += p.host_ms;
+        gpu = gpu || p.gpu_ms > 0;
+      }
+      o << "\nphases (host time over the measured steps; eval and checkpoint over the run"
+        << (gpu ? "; GPU time per traced step" : "") << ")\n";
+      for (const auto& p : d.phases) {
+        char line[200];
+        std::snprintf(line, sizeof line, "  %-11s %8lld calls %11.1f ms %6.1f%%", p.phase.c_str(),
+                      static_cast<long long>(p.calls), p.host_ms,
                       total > 0 ? 100.0 * p.host_ms / total : 0.0);
+        o << line;
+        if (gpu && d.summary.cupti_steps > 0)
+          o << "   GPU " << fixed(p.gpu_ms / static_cast<double>(d.summary.cupti_steps), 3)
+            << " ms/step";
+        o << "\n";
+      }
+    }
+    if (d.summary.cupti_steps > 0) {
+      o << "\nCUPTI: kernels and copies over " << d.summary.cupti_steps
+        << " traced measured steps; tracing overhead "
+        << (std::isfinite(d.summary.cupti_overhead)
+                ? fixed(100.0 * d.summary.cupti_overhead, 1) + "% of step time"
+                : std::string("not measured (too few untraced steps)"))
+        << "\n";
+      for (const auto& m : d.memcpy) {
+        char line[200];
+        std::snprintf(line, sizeof line, "  %-7s %-9s %8lld copies %12s %10.3f ms\n",
+                      m.direction.c_str(), m.memory.c_str(), static_cast<long long>(m.count),
+                      mib(m.bytes).c_str(), m.total_ms);
         o << line;
       }
     }

@@ -130,11 +130,14 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     steps.flush();
     db.write_phases(uuid, result.phases);
     db.write_kernels(uuid, result.layers);
+    db.write_kernels(uuid, result.kernels);
+    db.write_memcpy(uuid, result.copies);
     db.write_memory(uuid, result.memory);
     db.write_conv_algorithms(uuid, result.conv_algorithms, device_key);
     std::vector<FindingRecord> findings;
     for (const auto& f : profiler::run_findings(cfg, result.summary))
       findings.push_back({f.check, f.message, f.value});
+    findings.insert(findings.end(), result.gpu_findings.begin(), result.gpu_findings.end());
     db.write_findings(uuid, findings);
     db.write_trace(uuid, result.trace);
     db.finish_run(uuid, store::RunStatus::complete, result.summary);

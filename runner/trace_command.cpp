@@ -1,9 +1,12 @@
 // runner/trace_command.cpp: `xrun trace RUN [--db PATH] -o trace.json`: the
 // run's trace window as Chrome trace JSON, which Perfetto
-// (ui.perfetto.dev) and chrome://tracing open. One process for the host with
-// one thread track per trace track; every range a complete ("X") event with
-// ts/dur in microseconds; step ranges carry their step index. Written as a
-// stream, event by event.
+// (ui.perfetto.dev) and chrome://tracing open. Host tracks (NVTX ranges and,
+// with CUPTI, the CUDA API calls) are threads of one "host" process, GPU
+// streams threads of a "GPU" process; every range a complete ("X") event with
+// ts/dur in microseconds; step ranges carry their step index; a flow arrow
+// ("s" at the launch, "f" at the kernel or copy, one id per CUPTI
+// correlation id) joins each launch to its device work. Written as a stream,
+// event by event.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -41,26 +44,41 @@ int trace_command(const TraceArgs& args) {
       return kRunFailed;
     }
     using nlohmann::json;
-    // Tracks become threads of one "xrun host" process, numbered as met.
+    // Tracks become threads, numbered as met: host tracks in process 1, GPU
+    // stream tracks in process 2.
+    auto on_gpu = [](const std::string& track) { return track.rfind("GPU", 0) == 0; };
     std::map<std::string, int> tids;
-    for (const TraceEvent& e : events) tids.emplace(e.track, static_cast<int>(tids.size()) + 1);
+    bool any_gpu = false;
+    for (const TraceEvent& e : events) {
+      tids.emplace(e.track, static_cast<int>(tids.size()) + 1);
+      any_gpu = any_gpu || on_gpu(e.track);
+    }
+    auto pid_of = [&](const std::string& track) { return on_gpu(track) ? 2 : 1; };
+    const std::string who = " (run " + std::to_string(run->info.id) + ")";
     out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
     out << json{{"ph", "M"}, {"pid", 1}, {"name", "process_name"},
-                {"args", {{"name", "xrun " + run->info.device + " (run " +
-                                       std::to_string(run->info.id) + ")"}}}}.dump();
+                {"args", {{"name", "xrun host, " + run->info.device + who}}}}.dump();
+    if (any_gpu)
+      out << ",\n"
+          << json{{"ph", "M"}, {"pid", 2}, {"name", "process_name"},
+                  {"args", {{"name", "GPU " + run->info.device_name + who}}}}.dump();
     for (const auto& [track, tid] : tids)
       out << ",\n"
-          << json{{"ph", "M"}, {"pid", 1}, {"tid", tid}, {"name", "thread_name"},
+          << json{{"ph", "M"}, {"pid", pid_of(track)}, {"tid", tid}, {"name", "thread_name"},
                   {"args", {{"name", track}}}}.dump();
     for (const TraceEvent& e : events) {
-      json ev = {{"ph", "X"},
-                 {"pid", 1},
-                 {"tid", tids.at(e.track)},
-                 {"name", e.name},
-                 {"ts", static_cast<double>(e.start_ns) / 1000.0},
+      const double ts = static_cast<double>(e.start_ns) / 1000.0;
+      const int pid = pid_of(e.track), tid = tids.at(e.track);
+      json ev = {{"ph", "X"}, {"pid", pid}, {"tid", tid}, {"name", e.name}, {"ts", ts},
                  {"dur", static_cast<double>(e.dur_ns) / 1000.0}};
       if (e.payload >= 0) ev["args"] = {{"step", e.payload}};
       out << ",\n" << ev.dump();
+      if (e.flow != 0) {  // the launch starts an arrow, its device work ends it
+        json flow = {{"ph", pid == 1 ? "s" : "f"}, {"pid", pid}, {"tid", tid}, {"ts", ts},
+                     {"id", e.flow}, {"name", "launch"}, {"cat", "launch"}};
+        if (pid == 2) flow["bp"] = "e";
+        out << ",\n" << flow.dump();
+      }
     }
     out << "\n]}\n";
     out.close();

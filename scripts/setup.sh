@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build git pkg-config
           libtomlplusplus-dev libsqlite3-dev sqlite3 catch2 libcli11-dev
           libdnnl-dev nlohmann-json3-dev zlib1g-dev dataset-fashion-mnist
-          python3 python3-venv)
+          python3 python3-venv chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,140 @@
+// profiler/cupti_collector.cpp: ActivityCapture on CUPTI's activity API.
+// CUPTI asks for buffers and hands them back full on its own thread; they
+// wait in a list (under a mutex, no CUDA calls there) until flush(), which
+// the training thread calls after a device synchronisation, decodes them
+// into the ActivityLog (profiler/cupti_records.cpp) and frees them. Any
+// CUPTI failure at start means "tracing off" with CUPTI's own message.
+#include <cupti.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "profiler/activity_capture.h"
+#include "profiler/cupti_records.h"
+
+namespace xrun::profiler {
+
+namespace {
+
+constexpr size_t kBufferBytes = 8 << 20;
+constexpr CUpti_ActivityKind kTracedKinds[] = {
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+    CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
+
+struct Completed {
+  uint8_t* buffer;
+  size_t valid;
+};
+
+std::mutex g_mu;
+std::vector<Completed> g_completed;
+std::atomic<int64_t> g_dropped{0};
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer ? kBufferBytes : 0;
+  *max_records = 0;  // as many as fit
+}
+
+void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t,
+                               size_t valid) {
+  size_t dropped = 0;
+  if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS)
+    g_dropped += static_cast<int64_t>(dropped);
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_completed.push_back({buffer, valid});
+}
+
+std::string result_text(CUptiResult r) {
+  const char* s = nullptr;
+  cuptiGetResultString(r, &s);
+  return s ? s : "CUPTI error " + std::to_string(static_cast<int>(r));
+}
+
+std::string api_name(bool runtime, uint32_t cbid) {
+  const char* name = nullptr;
+  cuptiGetCallbackName(runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API, cbid,
+                       &name);
+  return name ? name : (runtime ? "cuda runtime " : "cuda driver ") + std::to_string(cbid);
+}
+
+class CuptiCapture final : public ActivityCapture {
+ public:
+  CuptiCapture() : thread_(static_cast<uint32_t>(syscall(SYS_gettid))) {}
+  ~CuptiCapture() override {
+    set_tracing(false);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    std::lock_guard<std::mutex> lock(g_mu);
+    for (const Completed& c : g_completed) std::free(c.buffer);
+    g_completed.clear();
+  }
+
+  // Enables everything once (so a refusal shows at start), then idles.
+  bool enable_all(std::string& why_not) {
+    CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r == CUPTI_SUCCESS) r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+    for (CUpti_ActivityKind k : kTracedKinds)
+      if (r == CUPTI_SUCCESS) r = cuptiActivityEnable(k);
+    if (r == CUPTI_SUCCESS) return true;
+    why_not = "CUPTI could not start (" + result_text(r) + ")";
+    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+      why_not += ": another profiler (nsys, ncu, compute-sanitizer) is attached";
+    else if (r == CUPTI_ERROR_UNKNOWN || r == CUPTI_ERROR_NOT_INITIALIZED)
+      why_not += ": no usable CUDA driver or device?";
+    return false;
+  }
+
+  void set_tracing(bool on) override {
+    if (on == tracing_) return;
+    for (CUpti_ActivityKind k : kTracedKinds) on ? cuptiActivityEnable(k) : cuptiActivityDisable(k);
+    tracing_ = on;
+  }
+  uint64_t now_ns() override {
+    uint64_t t = 0;
+    cuptiGetTimestamp(&t);
+    return t;
+  }
+  void push_range(uint64_t id) override {
+    cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
+  }
+  void pop_range() override {
+    uint64_t last = 0;
+    cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
+  }
+  void flush(ActivityLog& log) override {
+    cuptiActivityFlushAll(0);
+    std::vector<Completed> done;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      done.swap(g_completed);
+    }
+    for (const Completed& c : done) {
+      CUpti_Activity* record = nullptr;
+      while (cuptiActivityGetNextRecord(c.buffer, c.valid, &record) == CUPTI_SUCCESS)
+        decode_activity(record, log, api_name);
+      std::free(c.buffer);
+    }
+  }
+  uint32_t host_thread() const override { return thread_; }
+  int64_t dropped_records() const override { return g_dropped; }
+
+ private:
+  uint32_t thread_;
+  bool tracing_ = true;
+};
+
+}  // namespace
+
+std::unique_ptr<ActivityCapture> ActivityCapture::start(std::string& why_not) {
+  auto capture = std::make_unique<CuptiCapture>();
+  if (!capture->enable_all(why_not)) return nullptr;
+  return capture;
+}
+
+}  // namespace xrun::profiler
