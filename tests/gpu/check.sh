@@ -6,7 +6,8 @@
 #   2. tests/cuda: every CUDA op and whole training steps against the CPU
 #      engine in fp32/tf32/fp16/bf16, printing each comparison's error
 #   3. experiments/gpu-smoke.toml: 20 steps of each precision x cudnn
-#      benchmark, then its table
+#      benchmark, then its table; one run again with profile.cupti = "trace":
+#      its kernels, copies, CUPTI overhead and GPU trace
 #   4. bench/gpu_vs_pytorch.sh, when python3 has torch (skip: NO_BENCH=1)
 # Binaries: ./build (built here when the machine can, XRUN_CUDA=ON), or the
 # bundle scripts/device_bundle.sh made in .device/ on another machine.
@@ -66,9 +67,16 @@ echo "== gpu-smoke"
 smoke_rc=$?
 "$xrun" runs --db "$out/gpu.db" --format table
 
+echo "== CUPTI: kernels, copies, overhead, GPU trace (fp16, benchmark on)"
+"$xrun" run experiments/gpu-smoke.toml --db "$out/cupti.db" --force --only 5 \
+  --set profile.cupti='"trace"' --set profile.trace_steps=3
+cupti_rc=$?
+"$xrun" show 1 --db "$out/cupti.db" | sed -n '/^phases/,/^environment/p' | head -60
+"$xrun" trace 1 --db "$out/cupti.db" -o "$out/gpu-trace.json"
+
 if [ -z "${NO_BENCH:-}" ] && python3 -c "import torch, torchvision" 2>/dev/null; then
   echo "== xrun vs PyTorch"
   bench/gpu_vs_pytorch.sh "$xrun" "$out/gpu.db"
 fi
-echo "== summary: CUDA tests rc=$tests_rc, gpu-smoke rc=$smoke_rc; log $log, store $out/gpu.db"
-exit $(( tests_rc != 0 || smoke_rc != 0 ))
+echo "== summary: CUDA tests rc=$tests_rc, gpu-smoke rc=$smoke_rc, cupti rc=$cupti_rc; log $log, store $out/gpu.db"
+exit $(( tests_rc != 0 || smoke_rc != 0 || cupti_rc != 0 ))
