@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "compare_test_util.h"
 #include "runner/compare.h"
-#include "store/store_test_util.h"
 
 using namespace xrun;
 using namespace xrun::store;
@@ -17,59 +17,13 @@ using xrun::analysis::CompareCell;
 using xrun::analysis::CompareOptions;
 using xrun::analysis::compare_runs;
 using xrun::analysis::natural_less;
+using namespace compare_test;
 
 namespace {
-
-constexpr int64_t kImages = 64;  // images per step
-
-// `n` step times around `center` ms, spread evenly over +-`spread` of it.
-std::vector<double> step_times(double center, double spread, int n, int phase = 0) {
-  std::vector<double> out;
-  for (int i = 0; i < n; ++i)
-    out.push_back(center * (1.0 + spread * (((i * 7 + phase) % 11) - 5) / 5.0));
-  return out;
-}
-
-// Throughput (img/s) of steps of kImages images each, computed here.
-double expected_throughput(const std::vector<double>& ms) {
-  double total = 0;
-  for (double t : ms) total += t;
-  return 1000.0 * kImages * static_cast<double>(ms.size()) / total;
-}
 
 std::vector<double> concat(std::vector<double> a, const std::vector<double>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-// Stores a run: two slow warmup steps, the measured steps `ms`, one slow
-// unmeasured step, then finishes it with `status`.
-std::string add_run(Store& db, const NewRun& run, const std::vector<double>& ms,
-                    RunStatus status = RunStatus::complete, int64_t peak_memory = 1 << 30) {
-  const std::string uuid = db.begin_run(run);
-  std::vector<StepRecord> steps;
-  auto add = [&](StepKind kind, double step_ms) {
-    StepRecord s;
-    s.step = static_cast<int64_t>(steps.size());
-    s.kind = kind;
-    s.step_ms = step_ms;
-    s.images = kImages;
-    steps.push_back(s);
-  };
-  add(StepKind::warmup, 900);
-  add(StepKind::warmup, 700);
-  for (double t : ms) add(StepKind::measured, t);
-  add(StepKind::unmeasured, 5000);
-  db.write_steps(uuid, steps);
-  RunSummary summary;
-  summary.measured_steps = static_cast<int64_t>(ms.size());
-  summary.peak_memory_bytes = peak_memory;
-  db.finish_run(uuid, status, summary);
-  return uuid;
-}
-
-NewRun labelled(const std::string& label, int batch = 512, const std::string& precision = "fp16") {
-  return store_test::make_run(precision, batch, label);
 }
 
 CompareOptions by(const std::string& key, const std::string& baseline = "") {
@@ -91,7 +45,7 @@ bool mentions(const std::string& text, const std::string& part) {
 
 }  // namespace
 
-TEST_CASE("compare: the ratio is the throughput ratio of the measured steps, with a clear interval",
+TEST_CASE("the ratio is the throughput ratio of the measured steps, with a clear interval",
           "[compare]") {
   store_test::TempDir dir;
   Store db(dir.file("r.db"));
@@ -136,7 +90,7 @@ TEST_CASE("compare: the ratio is the throughput ratio of the measured steps, wit
   }
 }
 
-TEST_CASE("compare: two runs of one distribution give an interval that includes 1", "[compare]") {
+TEST_CASE("two runs of one distribution give an interval that includes 1", "[compare]") {
   store_test::TempDir dir;
   Store db(dir.file("r.db"));
   const auto times = step_times(80, 0.2, 30);
@@ -151,7 +105,7 @@ TEST_CASE("compare: two runs of one distribution give an interval that includes 
   CHECK(b.interval_includes_one);
 }
 
-TEST_CASE("compare: runs group by their other settings, which each group shows", "[compare]") {
+TEST_CASE("runs group by their other settings, which each group shows", "[compare]") {
   store_test::TempDir dir;
   Store db(dir.file("r.db"));
   // Added in an order unlike the expected one: 128 after 64 (numerically).
@@ -194,7 +148,7 @@ TEST_CASE("compare: runs group by their other settings, which each group shows",
   }
 }
 
-TEST_CASE("compare: runs without a counterpart are listed with the reason", "[compare]") {
+TEST_CASE("runs without a counterpart are listed with the reason", "[compare]") {
   store_test::TempDir dir;
   Store db(dir.file("r.db"));
   add_run(db, labelled("a"), step_times(100, 0.1, 20));
@@ -222,7 +176,7 @@ TEST_CASE("compare: runs without a counterpart are listed with the reason", "[co
   CHECK(c.groups[0].settings.at("train.batch_size") == "512");
 }
 
-TEST_CASE("compare: repeats with the same settings pool their steps", "[compare]") {
+TEST_CASE("repeats with the same settings pool their steps", "[compare]") {
   store_test::TempDir dir;
   Store db(dir.file("r.db"));
   const auto base = step_times(100, 0.15, 25);
@@ -257,7 +211,7 @@ TEST_CASE("compare: repeats with the same settings pool their steps", "[compare]
   CHECK(cell(single, 0, "b").run_uuids == std::vector<std::string>{r1});
 }
 
-TEST_CASE("compare: by device compares the stored device names, not train.device", "[compare]") {
+TEST_CASE("by device compares the stored device names, not train.device", "[compare]") {
   store_test::TempDir dir;
   Store db(dir.file("r.db"));
   NewRun ampere = labelled("box-3090");
@@ -289,7 +243,7 @@ TEST_CASE("compare: by device compares the stored device names, not train.device
   CHECK(by_string.unmatched.size() == 2);
 }
 
-TEST_CASE("compare: an unknown key or baseline is refused with what exists", "[compare]") {
+TEST_CASE("an unknown key or baseline is refused with what exists", "[compare]") {
   store_test::TempDir dir;
   Store db(dir.file("r.db"));
   add_run(db, labelled("a", 512, "fp16"), step_times(100, 0.1, 10));
@@ -318,7 +272,7 @@ TEST_CASE("compare: an unknown key or baseline is refused with what exists", "[c
   CHECK(ok.values == std::vector<std::string>{"fp16", "bf16"});
 }
 
-TEST_CASE("compare: a store with nothing to compare gives no groups", "[compare]") {
+TEST_CASE("a store with nothing to compare gives no groups", "[compare]") {
   store_test::TempDir dir;
   Store db(dir.file("r.db"));
   CHECK(compare_runs(db, by("label")).groups.empty());
@@ -329,7 +283,7 @@ TEST_CASE("compare: a store with nothing to compare gives no groups", "[compare]
   CHECK(one.baseline == "a");
 }
 
-TEST_CASE("compare: the bootstrap is deterministic for a seed", "[compare]") {
+TEST_CASE("the bootstrap is deterministic for a seed", "[compare]") {
   store_test::TempDir dir;
   Store db(dir.file("r.db"));
   add_run(db, labelled("a"), step_times(100, 0.3, 15));
@@ -348,7 +302,7 @@ TEST_CASE("compare: the bootstrap is deterministic for a seed", "[compare]") {
   CHECK_THROWS_AS(compare_runs(db, o), std::invalid_argument);
 }
 
-TEST_CASE("compare: natural order puts numbers first, numerically", "[compare]") {
+TEST_CASE("natural order puts numbers first, numerically", "[compare]") {
   CHECK(natural_less("9", "10"));
   CHECK(natural_less("0.0005", "0.001"));
   CHECK(natural_less("64", "128"));
