@@ -106,10 +106,11 @@ std::vector<std::string> naturally_sorted(const Range& items) {
 
 // --- Loading runs ---------------------------------------------------------------------
 
+// The measured steps that have a time and images (every one a trainer writes).
 std::vector<Sample> measured_steps(const store::Store& db, const std::string& uuid) {
   std::vector<Sample> out;
   for (const StepRecord& s : db.get_steps(uuid))
-    if (s.kind == StepKind::measured && std::isfinite(s.step_ms) && s.step_ms > 0)
+    if (s.kind == StepKind::measured && std::isfinite(s.step_ms) && s.step_ms > 0 && s.images > 0)
       out.push_back({s.step_ms, s.images});
   return out;
 }
@@ -249,26 +250,27 @@ std::string choose_baseline(const std::vector<Group>& groups, const std::string&
 
 // --- Throughput and the bootstrap ------------------------------------------------------
 
-double throughput(const std::vector<Sample>& steps) {
+// Images per second over steps.size() steps, the k-th being steps[pick(k)].
+template <typename Pick>
+double throughput_over(const std::vector<Sample>& steps, Pick pick) {
   double ms = 0, images = 0;
-  for (const Sample& s : steps) {
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const Sample& s = steps[pick(k)];
     ms += s.ms;
     images += static_cast<double>(s.images);
   }
   return 1000.0 * images / ms;
 }
 
+double throughput(const std::vector<Sample>& steps) {
+  return throughput_over(steps, [](size_t k) { return k; });
+}
+
 // The throughput of one resample of `steps` with replacement. rng() % n has
 // a bias of n / 2^64: none worth a word, and portable, unlike the standard
 // distributions.
 double resampled_throughput(const std::vector<Sample>& steps, std::mt19937_64& rng) {
-  double ms = 0, images = 0;
-  for (size_t k = 0; k < steps.size(); ++k) {
-    const Sample& s = steps[rng() % steps.size()];
-    ms += s.ms;
-    images += static_cast<double>(s.images);
-  }
-  return 1000.0 * images / ms;
+  return throughput_over(steps, [&](size_t) { return rng() % steps.size(); });
 }
 
 // Linear interpolation between the closest ranks of sorted values.
@@ -367,6 +369,21 @@ std::vector<std::string> compared_values(const std::vector<const Group*>& compar
   return out;
 }
 
+// The groups with the baseline and another value; the runs of the others
+// go to the unmatched.
+std::vector<const Group*> groups_with_baseline(const std::vector<Group>& groups, Comparison& out) {
+  std::vector<const Group*> compared;
+  for (const Group& g : groups) {
+    if (g.by_value.size() > 1 && g.by_value.count(out.baseline)) {
+      compared.push_back(&g);
+      continue;
+    }
+    for (const auto& [value, members] : g.by_value)
+      for (const Candidate* run : members) add_unmatched(out, *run, unmatched_reason(g, out));
+  }
+  return compared;
+}
+
 // Runs that cannot take part: no measured steps, or no value of the key.
 std::vector<const Candidate*> taking_part(const std::vector<Candidate>& runs, Comparison& out) {
   std::vector<const Candidate*> kept;
@@ -401,15 +418,7 @@ Comparison compare_runs(const store::Store& db, const CompareOptions& options) {
   const std::vector<Group> groups = group_runs(taking_part(runs, out), options.by);
   out.baseline = choose_baseline(groups, options.baseline, options.by);
 
-  std::vector<const Group*> compared;
-  for (const Group& g : groups) {
-    if (g.by_value.size() > 1 && g.by_value.count(out.baseline)) {
-      compared.push_back(&g);
-      continue;
-    }
-    for (const auto& [value, members] : g.by_value)
-      for (const Candidate* run : members) add_unmatched(out, *run, unmatched_reason(g, out));
-  }
+  const std::vector<const Group*> compared = groups_with_baseline(groups, out);
   if (!compared.empty()) out.values = compared_values(compared, out.baseline);
   const std::vector<std::string> shown_keys = differing_keys(groups);
   for (const Group* g : compared)

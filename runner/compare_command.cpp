@@ -163,31 +163,33 @@ std::string joined_uuids(const CompareCell& cell) {
   return out;
 }
 
+std::vector<std::string> csv_row(size_t group_index, const CompareGroup& g,
+                                 const CompareCell& cell) {
+  std::vector<std::string> row = {std::to_string(group_index), g.match_key};
+  for (const auto& [key, value] : g.settings) row.push_back(value);
+  row.insert(row.end(), {cell.value, cell.is_baseline ? "true" : "false",
+                         std::to_string(cell.run_uuids.size()),
+                         std::to_string(cell.measured_steps), csv_number(cell.throughput),
+                         csv_number(cell.ratio), csv_number(cell.ratio_lo),
+                         csv_number(cell.ratio_hi), cell.interval_includes_one ? "true" : "false",
+                         std::to_string(cell.peak_memory_bytes), joined_uuids(cell)});
+  return row;
+}
+
+void print_csv_line(const std::vector<std::string>& fields) {
+  for (size_t i = 0; i < fields.size(); ++i) std::cout << (i ? "," : "") << csv_field(fields[i]);
+  std::cout << "\n";
+}
+
 void print_csv(const Comparison& c) {
   std::vector<std::string> header = {"group", "match_key"};
   for (const std::string& key : setting_keys(c)) header.push_back(key);
   header.insert(header.end(), {c.by, "baseline", "runs", "measured_steps", "throughput", "ratio",
                                "ratio_lo", "ratio_hi", "interval_includes_one",
                                "peak_memory_bytes", "run_uuids"});
-  auto print = [](const std::vector<std::string>& fields) {
-    for (size_t i = 0; i < fields.size(); ++i) std::cout << (i ? "," : "") << csv_field(fields[i]);
-    std::cout << "\n";
-  };
-  print(header);
-  for (size_t g = 0; g < c.groups.size(); ++g) {
-    for (const CompareCell& cell : c.groups[g].cells) {
-      std::vector<std::string> row = {std::to_string(g), c.groups[g].match_key};
-      for (const auto& [key, value] : c.groups[g].settings) row.push_back(value);
-      row.insert(row.end(), {cell.value, cell.is_baseline ? "true" : "false",
-                             std::to_string(cell.run_uuids.size()),
-                             std::to_string(cell.measured_steps), csv_number(cell.throughput),
-                             csv_number(cell.ratio), csv_number(cell.ratio_lo),
-                             csv_number(cell.ratio_hi),
-                             cell.interval_includes_one ? "true" : "false",
-                             std::to_string(cell.peak_memory_bytes), joined_uuids(cell)});
-      print(row);
-    }
-  }
+  print_csv_line(header);
+  for (size_t g = 0; g < c.groups.size(); ++g)
+    for (const CompareCell& cell : c.groups[g].cells) print_csv_line(csv_row(g, c.groups[g], cell));
   for (const auto& u : c.unmatched) std::cerr << "xrun: no match: " << unmatched_line(u, c.by) << "\n";
 }
 

@@ -176,6 +176,25 @@ TEST_CASE("runs without a counterpart are listed with the reason", "[compare]") 
   CHECK(c.groups[0].settings.at("train.batch_size") == "512");
 }
 
+TEST_CASE("a run without the compared setting is listed, not compared", "[compare]") {
+  store_test::TempDir dir;
+  Store db(dir.file("r.db"));
+  NewRun slow = labelled("a"), fast = labelled("a"), without = labelled("a");
+  fast.params["train.lr"] = "0.002";
+  fast.config_hash += "-lr";
+  without.params.erase("train.lr");
+  without.config_hash += "-none";
+  add_run(db, slow, step_times(100, 0.1, 20));
+  add_run(db, fast, step_times(90, 0.1, 20));
+  const std::string none = add_run(db, without, step_times(80, 0.1, 20));
+  const Comparison c = compare_runs(db, by("train.lr"));
+  CHECK(c.values == std::vector<std::string>{"0.001", "0.002"});
+  REQUIRE(c.groups.size() == 1);
+  REQUIRE(c.unmatched.size() == 1);
+  CHECK(c.unmatched[0].uuid == none);
+  CHECK(c.unmatched[0].reason == "no train.lr setting");
+}
+
 TEST_CASE("repeats with the same settings pool their steps", "[compare]") {
   store_test::TempDir dir;
   Store db(dir.file("r.db"));
