@@ -25,6 +25,7 @@ namespace xrun::store {
 namespace {
 
 namespace fs = std::filesystem;
+using detail::identifier_list;
 using detail::quote_identifier;
 using detail::Statement;
 
@@ -164,12 +165,6 @@ Schema read_schema(sqlite3* db, const std::string& file) {
 
 // --- SQL text -------------------------------------------------------------------------
 
-std::string column_list(const std::vector<std::string>& columns) {
-  std::string out;
-  for (const std::string& c : columns) out += (out.empty() ? "" : ", ") + quote_identifier(c);
-  return out;
-}
-
 std::string parameters(size_t count) {
   std::string out;
   for (size_t i = 1; i <= count; ++i) out += (i > 1 ? ", ?" : "?") + std::to_string(i);
@@ -177,7 +172,7 @@ std::string parameters(size_t count) {
 }
 
 std::string insert_sql(const std::string& table, const std::vector<std::string>& columns) {
-  return "INSERT INTO " + quote_identifier(table) + " (" + column_list(columns) + ") VALUES (" +
+  return "INSERT INTO " + quote_identifier(table) + " (" + identifier_list(columns) + ") VALUES (" +
          parameters(columns.size()) + ")";
 }
 
@@ -208,7 +203,7 @@ class ChildCopy {
  public:
   ChildCopy(const Connection& in, const Connection& out, const Schema::Child& child)
       : read_(in.db, in.path,
-              "SELECT " + column_list(child.columns) + " FROM " + quote_identifier(child.table) +
+              "SELECT " + identifier_list(child.columns) + " FROM " + quote_identifier(child.table) +
                   " WHERE run = ?1" + (child.has_rowid ? " ORDER BY rowid" : "")),
         write_(out.db, out.path, insert_sql(child.table, child.columns)),
         count_(child.columns.size()),
@@ -245,7 +240,7 @@ class InputMerge {
     const size_t experiment = position(columns, "experiment", "runs", out_.path);
     // The input's id comes last, after the columns that are copied.
     Statement read(in_.db, in_.path,
-                   "SELECT " + column_list(columns) + ", id FROM runs ORDER BY id");
+                   "SELECT " + identifier_list(columns) + ", id FROM runs ORDER BY id");
     const int input_id = static_cast<int>(columns.size());
     Statement known(out_.db, out_.path, "SELECT 1 FROM runs WHERE uuid = ?1");
     Statement write(out_.db, out_.path, insert_sql("runs", columns));
@@ -274,7 +269,7 @@ class InputMerge {
     if (auto it = experiments_.find(id); it != experiments_.end()) return it->second;
     const std::vector<std::string>& columns = schema_.experiment_columns;
     Statement read(in_.db, in_.path,
-                   "SELECT " + column_list(columns) + " FROM experiments WHERE id = ?1");
+                   "SELECT " + identifier_list(columns) + " FROM experiments WHERE id = ?1");
     read.bind(1, id);
     if (!read.step())
       throw StoreError(in_.path + ": a run refers to experiment id " + std::to_string(id) +
@@ -300,7 +295,7 @@ class InputMerge {
       if (c != "device_key" && c != "key")
         updates += (updates.empty() ? "" : ", ") + quote_identifier(c) + " = excluded." +
                    quote_identifier(c);
-    Statement read(in_.db, in_.path, "SELECT " + column_list(columns) + " FROM conv_algo_cache");
+    Statement read(in_.db, in_.path, "SELECT " + identifier_list(columns) + " FROM conv_algo_cache");
     Statement write(out_.db, out_.path,
                     insert_sql("conv_algo_cache", columns) +
                         " ON CONFLICT (device_key, key) DO UPDATE SET " + updates +

@@ -138,6 +138,12 @@ std::string quote_identifier(const std::string& name) {
   return q + "\"";
 }
 
+std::string identifier_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + quote_identifier(n);
+  return out;
+}
+
 std::vector<std::string> table_columns(sqlite3* db, const std::string& file,
                                        const std::string& table) {
   Statement st(db, file, "SELECT name FROM pragma_table_info(?1) ORDER BY cid");

@@ -85,6 +85,8 @@ class Transaction {
 
 // "name" quoted as an SQL identifier (for names read from the schema).
 std::string quote_identifier(const std::string& name);
+// The names quoted and comma-separated: "a", "b", "c".
+std::string identifier_list(const std::vector<std::string>& names);
 
 // The columns of a table or view in schema order; empty when there is none.
 std::vector<std::string> table_columns(sqlite3* db, const std::string& file,

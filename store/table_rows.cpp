@@ -45,10 +45,8 @@ void for_each_row(const Store& store, const std::string& table,
   std::vector<std::string> named = columns;
   named.push_back(key_column);
   check_columns(store, table, named);
-  std::string sql = "SELECT ";
-  for (size_t i = 0; i < columns.size(); ++i)
-    sql += (i ? ", " : "") + quote_identifier(columns[i]);
-  sql += " FROM " + quote_identifier(table) + " WHERE " + quote_identifier(key_column) + " = ?1";
+  std::string sql = "SELECT " + detail::identifier_list(columns) + " FROM " +
+                    quote_identifier(table) + " WHERE " + quote_identifier(key_column) + " = ?1";
   if (detail::has_rowid(store.handle(), store.path(), table)) sql += " ORDER BY rowid";
   Statement st(store.handle(), store.path(), sql);
   st.bind(1, key);

@@ -221,7 +221,7 @@ bool same_setting(const std::string& csv, const json& stored) {
 
 }  // namespace
 
-TEST_CASE("xrun merge: two machines' files into one; merging again adds nothing", "[cli][merge]") {
+TEST_CASE("xrun merge: two machines' files into one, and merging again adds nothing", "[cli][merge]") {
   CliFixture f;
   const auto a = write_store(f.dir.file("a.db"), "gpu-box", 2, 100);
   const auto b = write_store(f.dir.file("b.db"), "cpu-box", 1, 900);
@@ -312,7 +312,7 @@ TEST_CASE("xrun export --table runs: CSV and JSON hold what the store holds", "[
   CHECK(runs[0].at("peak_memory_bytes") == 21474836480LL);
 }
 
-TEST_CASE("xrun export --table steps|epochs|kernels: every row, led by its run", "[cli][export]") {
+TEST_CASE("xrun export --table steps, epochs, kernels: every row, led by its run", "[cli][export]") {
   CliFixture f;
   write_store(f.db(), "gpu-box", 2, 100);
   write_store(f.dir.file("b.db"), "cpu-box", 2, 900);

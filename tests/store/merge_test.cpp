@@ -396,6 +396,8 @@ TEST_CASE("merge: a bad input is refused by name and the output is left exactly 
   detail::create_at_version(newer, Store::latest_schema_version());
   sql_exec(newer, "PRAGMA user_version = " + std::to_string(Store::latest_schema_version() + 1));
   const std::string missing = m.tmp.file("missing.db");
+  const std::string alias = m.tmp.file("alias.db");  // the output by another name
+  std::filesystem::create_symlink(out, alias);
 
   const std::vector<std::pair<std::string, std::string>> cases = {
       {corrupt, "the SQLite file is corrupt"},
@@ -405,7 +407,8 @@ TEST_CASE("merge: a bad input is refused by name and the output is left exactly 
       {newer, "is newer than this xrun"},
       {missing, "no such file"},
       {m.tmp.str(), "not a regular file"},
-      {out, "this is the store being merged into"}};
+      {out, "this is the store being merged into"},
+      {alias, "this is the store being merged into"}};
   const std::string before = read_bytes(out);
   for (const auto& [bad, reason] : cases) {
     INFO(bad);
@@ -415,7 +418,7 @@ TEST_CASE("merge: a bad input is refused by name and the output is left exactly 
     CHECK(read_bytes(out) == before);
     CHECK_FALSE(std::filesystem::exists(out + "-wal"));  // never even opened
     // An output that did not exist is not created.
-    if (bad == out) continue;  // not the output of this merge
+    if (bad == out || bad == alias) continue;  // not the output of this merge
     const std::string fresh = m.tmp.file("fresh.db");
     REQUIRE_THROWS_AS(merge_stores(fresh, {m.a, bad}), StoreError);
     CHECK_FALSE(std::filesystem::exists(fresh));
