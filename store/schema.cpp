@@ -395,26 +395,54 @@ void enable_wal(sqlite3* db, const std::string& path) {
   }
 }
 
-sqlite3* open_database(const std::string& path, int target_version) {
-  if (target_version < 1 || target_version > latest_version())
-    throw StoreError(path + ": no schema version " + std::to_string(target_version));
+namespace {
+
+// sqlite3_open_v2 with `flags`, extended result codes and busy_timeout.
+sqlite3* open_handle(const std::string& path, int flags) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-                           nullptr);
+  int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = path + ": cannot open (" +
                       (db ? sqlite3_errmsg(db) : std::string("out of memory")) + ")";
     sqlite3_close_v2(db);
     throw StoreError(msg);
   }
+  sqlite3_extended_result_codes(db, 1);
+  const int busy = sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  if (busy != SQLITE_OK) {
+    sqlite3_close_v2(db);
+    throw StoreError(path + ": sqlite3_busy_timeout failed");
+  }
+  return db;
+}
+
+}  // namespace
+
+sqlite3* open_database(const std::string& path, int target_version) {
+  if (target_version < 1 || target_version > latest_version())
+    throw StoreError(path + ": no schema version " + std::to_string(target_version));
+  sqlite3* db = open_handle(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   try {
-    sqlite3_extended_result_codes(db, 1);
-    check(sqlite3_busy_timeout(db, kBusyTimeoutMs), db, path, "sqlite3_busy_timeout");
     FileState s = read_state(db, path);
     validate(s, path);  // before anything writes to the file
     enable_wal(db, path);
     exec(db, path, "PRAGMA foreign_keys = ON");
     if (s.version < target_version) migrate(db, path, target_version);
+  } catch (...) {
+    sqlite3_close_v2(db);
+    throw;
+  }
+  return db;
+}
+
+sqlite3* open_read_only(const std::string& path, int& version) {
+  sqlite3* db = open_handle(path, SQLITE_OPEN_READONLY);
+  try {
+    FileState s = read_state(db, path);
+    if (s.objects == 0 && s.application_id == 0)
+      throw StoreError(path + ": an empty database, not an xrun store");
+    validate(s, path);
+    version = static_cast<int>(s.version);
   } catch (...) {
     sqlite3_close_v2(db);
     throw;

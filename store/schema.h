@@ -22,6 +22,13 @@ int latest_version();
 // The caller owns the returned handle (sqlite3_close_v2).
 sqlite3* open_database(const std::string& path, int target_version);
 
+// Opens an existing xrun store read-only, as it is: no WAL switch, no
+// migration, nothing written. `version` receives its schema version. Throws
+// StoreError for a file that is not SQLite, corrupt in its first page, empty,
+// a foreign SQLite database, or newer than this build. The caller owns the
+// handle (sqlite3_close_v2).
+sqlite3* open_read_only(const std::string& path, int& version);
+
 // For tests of the migration path: a store file at exactly `version`
 // (1..latest_version()), created or migrated forward, then closed.
 void create_at_version(const std::string& path, int version);

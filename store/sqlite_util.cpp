@@ -1,5 +1,6 @@
-// store/sqlite_util.cpp: return-code checking, prepared statements and
-// immediate transactions over the SQLite C API (see sqlite_util.h).
+// store/sqlite_util.cpp: return-code checking, prepared statements,
+// immediate transactions, schema look-ups and the backup API over the SQLite
+// C API (see sqlite_util.h).
 #include "store/sqlite_util.h"
 
 #include <sqlite3.h>
@@ -65,6 +66,12 @@ Statement& Statement::bind_null(int index) {
   return *this;
 }
 
+Statement& Statement::bind_column(int index, const Statement& from, int column) {
+  check(sqlite3_bind_value(stmt_, index, sqlite3_column_value(from.stmt_, column)), db_, file_,
+        sql_);
+  return *this;
+}
+
 bool Statement::step() {
   int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
@@ -78,6 +85,16 @@ bool Statement::step() {
 void Statement::reset() {
   sqlite3_reset(stmt_);
   sqlite3_clear_bindings(stmt_);
+}
+
+ColumnType Statement::type(int column) const {
+  switch (sqlite3_column_type(stmt_, column)) {
+    case SQLITE_INTEGER: return ColumnType::integer;
+    case SQLITE_FLOAT: return ColumnType::real;
+    case SQLITE_TEXT: return ColumnType::text;
+    case SQLITE_BLOB: return ColumnType::blob;
+    default: return ColumnType::null;
+  }
 }
 
 bool Statement::is_null(int column) const {
@@ -111,6 +128,63 @@ Transaction::~Transaction() {
 void Transaction::commit() {
   exec(db_, file_, "COMMIT");
   open_ = false;
+}
+
+// --- Schema look-ups and copies ---------------------------------------------------
+
+std::string quote_identifier(const std::string& name) {
+  std::string q = "\"";
+  for (char c : name) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string identifier_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + quote_identifier(n);
+  return out;
+}
+
+std::vector<std::string> table_columns(sqlite3* db, const std::string& file,
+                                       const std::string& table) {
+  Statement st(db, file, "SELECT name FROM pragma_table_info(?1) ORDER BY cid");
+  st.bind(1, table);
+  std::vector<std::string> columns;
+  while (st.step()) columns.push_back(st.text(0));
+  return columns;
+}
+
+bool has_rowid(sqlite3* db, const std::string& file, const std::string& table) {
+  Statement st(db, file, "SELECT type, upper(sql) FROM sqlite_master WHERE name = ?1");
+  st.bind(1, table);
+  if (!st.step() || st.text(0) != "table") return false;
+  return st.text(1).find("WITHOUT ROWID") == std::string::npos;
+}
+
+void backup_database(sqlite3* source, const std::string& source_file,
+                     const std::string& dest_path) {
+  sqlite3* dest = nullptr;
+  int rc = sqlite3_open_v2(dest_path.c_str(), &dest, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    const std::string msg = dest_path + ": cannot create a copy of " + source_file + " (" +
+                            (dest ? sqlite3_errmsg(dest) : "out of memory") + ")";
+    sqlite3_close_v2(dest);
+    throw StoreError(msg);
+  }
+  sqlite3_backup* backup = sqlite3_backup_init(dest, "main", source, "main");
+  if (backup) {
+    sqlite3_backup_step(backup, -1);
+    rc = sqlite3_backup_finish(backup);  // the first error of the copy, if any
+  } else {
+    rc = sqlite3_errcode(dest);
+  }
+  if (rc != SQLITE_OK) {
+    const std::string msg = source_file + ": copying it to " + dest_path + " failed (" +
+                            sqlite3_errmsg(dest) + ")";
+    sqlite3_close_v2(dest);
+    throw StoreError(msg);
+  }
+  sqlite3_close_v2(dest);
 }
 
 }  // namespace xrun::store::detail
