@@ -3,7 +3,7 @@
 // then migrate). PRAGMA user_version holds the number of the last migration
 // applied; PRAGMA application_id = 'xrun' marks the file as an xrun store.
 //
-// Schema at the latest version (6):
+// Schema at the latest version (7):
 //
 //   experiments(id, name, file, description, first_seen)  UNIQUE(name, file)
 //   runs(id INTEGER PK, uuid UNIQUE (random v4), experiment -> experiments.id,
@@ -42,6 +42,9 @@
 //   findings(run, check_name, message, value)  troubleshooting checks  [version 5]
 //   trace_events(run, seq, track, name, start_ns, dur_ns, payload, depth)
 //        profile.cupti = "trace": the ranges of a window of measured steps  [version 6]
+//   memcpy(run, direction, memory, count, bytes, total_ms)  CUPTI: copies per
+//        direction and host memory kind; runs.cupti_overhead, runs.cupti_steps;
+//        trace_events.flow (launch -> kernel correlation id)  [version 7]
 //   view run_summary: one row per run: id, uuid, experiment (name),
 //        sweep_index, label, device, device_name, batch_size (summary, else
 //        run_params train.batch_size), precision, cudnn_benchmark, workers

@@ -169,7 +169,7 @@ TEST_CASE("xrun run: Ctrl-C stops after the current step, exit 130, steps kept",
   CHECK_THAT(f.sql("SELECT error FROM runs"), Contains("interrupted before step"));
 }
 
-TEST_CASE("xrun run: a killed xrun leaves `running`; the next one marks it interrupted and re-runs", "[cli][train]") {
+TEST_CASE("xrun run: a killed xrun leaves `running`, and the next one marks it interrupted and re-runs", "[cli][train]") {
   CliFixture f;
   const std::string file = f.write_experiment("killed.toml", small_experiment("killed"));
   const pid_t pid = spawn_xrun(f, file);

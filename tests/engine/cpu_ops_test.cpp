@@ -624,7 +624,7 @@ TEST_CASE("cpu optimizer: AdamW steps, state read/write round trip", "[ops][opti
   }
 }
 
-TEST_CASE("cpu optimizer: SGD plain, momentum, nesterov; state round trip",
+TEST_CASE("cpu optimizer: SGD plain, momentum, nesterov, with a state round trip",
           "[ops][optimizer]") {
   struct Case {
     double momentum, weight_decay;

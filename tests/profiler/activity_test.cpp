@@ -207,7 +207,7 @@ TEST_CASE("activity: depths nest ranges per track", "[profiler][activity][trace]
   for (size_t i = 1; i < events.size(); ++i) CHECK(events[i - 1].start_ns <= events[i].start_ns);
 }
 
-TEST_CASE("activity: traced steps interleave with untraced ones; overhead from medians",
+TEST_CASE("activity: traced steps interleave with untraced ones, overhead from medians",
           "[profiler][activity]") {
   std::vector<int64_t> traced;
   for (int64_t i = 0; i < 9; ++i)
