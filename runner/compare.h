@@ -2,12 +2,20 @@
 // comparing their throughput. Used by `xrun compare` and the speedup chart of
 // `xrun report`. Plain code over the store: no engine, no CUDA.
 //
-// Matching: two runs match when every flattened setting except the compared
-// key (and the keys the experiment hash leaves out: train.device, store.label,
-// data.path, description) is equal. Comparing by "device" means the card or
+// Matching: two complete runs match when every flattened setting except the
+// compared key (and the keys the experiment hash leaves out, as
+// experiment_hash_excluded_keys(): store.path, description, train.device,
+// store.label, data.path) is equal. Comparing by "device" means the card or
 // CPU model (environment device_name), by "label" store.label, otherwise the
-// setting of that dotted name. Several complete runs with the same settings
-// and the same compared value pool their measured step times.
+// setting of that dotted name; comparing by a setting, runs must also have
+// the same label and device name (two machines' runs are never pooled).
+// Several complete runs with the same settings and the same compared value
+// pool their measured step times.
+//
+// Per cell: throughput = sum(images) / sum(step time) over the measured
+// steps; the ratio to the baseline cell of its group with a 95% bootstrap
+// interval (each side's steps resampled with replacement, independently;
+// the 2.5% and 97.5% percentiles of the resampled ratios).
 #pragma once
 
 #include <cstdint>
@@ -34,31 +42,48 @@ struct CompareCell {
   std::vector<std::string> run_uuids;
   double throughput = 0;             // img/s over the pooled measured steps
   int64_t measured_steps = 0;
-  int64_t peak_memory_bytes = 0;
+  int64_t peak_memory_bytes = 0;     // the largest of its runs'
   double ratio = 1;                  // throughput / baseline throughput
   double ratio_lo = 1, ratio_hi = 1; // 95% bootstrap interval of the ratio
   bool interval_includes_one = true; // no clear difference from the baseline
-  bool is_baseline = false;
+  bool is_baseline = false;          // (ratio and interval exactly 1)
 };
 
-// Runs whose settings (other than the compared key) are all equal.
+// Runs whose settings (other than the compared key) are all equal. Every
+// group in a Comparison holds the baseline and at least one other value.
 struct CompareGroup {
-  std::string match_key;                      // hash of the shared settings
+  std::string match_key;                        // hash of the shared settings
   std::map<std::string, std::string> settings;  // the settings that differ across groups
-  std::vector<CompareCell> cells;             // in the order of Comparison::values
-  bool has_baseline = false;
+                                                // (plain text: fp16, 512; "" when unset),
+                                                // with "label" and "device" when they do
+  std::vector<CompareCell> cells;               // in the order of Comparison::values
+};
+
+// A complete run that takes no part: why, and its compared value ("" when
+// it has none).
+struct UnmatchedRun : store::RunInfo {
+  std::string value;
+  std::string reason;  // "no measured steps", "no other label with the same settings", ...
 };
 
 struct Comparison {
   std::string by;
   std::string baseline;
-  std::vector<std::string> values;  // every compared value seen, baseline first
-  std::vector<CompareGroup> groups; // with two or more values, or the baseline and one other
-  std::vector<store::RunInfo> unmatched;  // complete runs with no counterpart
+  std::vector<std::string> values;  // every value in a group, baseline first, then in
+                                    // natural order (numbers numerically)
+  std::vector<CompareGroup> groups; // ordered by their differing settings (natural order)
+  std::vector<UnmatchedRun> unmatched;  // complete runs with no counterpart
 };
 
+// Natural order of values: numbers numerically before any other text, other
+// text with runs of digits compared as numbers ("run2" < "run10").
+bool natural_less(const std::string& a, const std::string& b);
+
 // Throws store::StoreError for store failures and std::invalid_argument for
-// an unknown --by key or a baseline value no run has.
+// an empty or unknown --by key (the message lists the keys the runs have) or
+// a baseline value no run has (the message lists the values). The default
+// baseline is the first value, in natural order, that is matched with
+// another; a store with no complete run gives a Comparison without groups.
 Comparison compare_runs(const store::Store& db, const CompareOptions& options);
 
 }  // namespace xrun::analysis

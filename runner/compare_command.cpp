@@ -1,13 +1,278 @@
-// runner/compare_command.cpp: `xrun compare` (not yet written: issue #6).
+// runner/compare_command.cpp: `xrun compare`: runs matched setting by
+// setting (runner/compare.h), printed as an aligned table, a GitHub Markdown
+// table, CSV or JSON. Runs that take no part are listed (on stderr for CSV).
+#include <algorithm>
+#include <cstdio>
 #include <iostream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
 
 #include "runner/commands.h"
+#include "runner/compare.h"
+#include "runner/output.h"
 
 namespace xrun::cli {
+namespace {
 
-int compare_command(const CompareArgs&) {
-  std::cerr << "xrun: `xrun compare` is not written yet (issue #6)\n";
-  return kUsage;
+using analysis::CompareCell;
+using analysis::CompareGroup;
+using analysis::Comparison;
+using analysis::CompareOptions;
+using nlohmann::json;
+
+constexpr const char* kNoClearDifference = "~";
+constexpr const char* kLegend = "~ the interval includes 1: no clear difference from the baseline";
+
+// Rows of text under a header, for the table and Markdown formats.
+struct TextTable {
+  std::vector<std::string> header;
+  std::vector<bool> right_aligned;
+  std::vector<std::vector<std::string>> rows;
+};
+
+std::vector<std::string> setting_keys(const Comparison& c) {
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : c.groups.front().settings) keys.push_back(key);
+  return keys;
+}
+
+std::string interval_text(const CompareCell& cell) {
+  if (cell.is_baseline) return "baseline";
+  return "[" + fixed(cell.ratio_lo, 3) + ", " + fixed(cell.ratio_hi, 3) + "]";
+}
+
+std::vector<std::string> cell_row(const CompareGroup& g, const CompareCell& cell) {
+  std::vector<std::string> row;
+  for (const auto& [key, value] : g.settings) row.push_back(value);
+  row.insert(row.end(), {cell.value, std::to_string(cell.run_uuids.size()),
+                         std::to_string(cell.measured_steps), fixed(cell.throughput, 1),
+                         fixed(cell.ratio, 3), interval_text(cell),
+                         !cell.is_baseline && cell.interval_includes_one ? kNoClearDifference : "",
+                         mib(cell.peak_memory_bytes)});
+  return row;
+}
+
+TextTable comparison_table(const Comparison& c) {
+  TextTable t;
+  t.header = setting_keys(c);
+  t.right_aligned.assign(t.header.size(), false);
+  t.header.insert(t.header.end(), {c.by, "runs", "steps", "img/s", "ratio", "95% interval", "",
+                                   "peak memory"});
+  t.right_aligned.insert(t.right_aligned.end(), {false, true, true, true, true, false, false, true});
+  for (const CompareGroup& g : c.groups)
+    for (const CompareCell& cell : g.cells) t.rows.push_back(cell_row(g, cell));
+  return t;
+}
+
+bool any_unclear(const Comparison& c) {
+  for (const CompareGroup& g : c.groups)
+    for (const CompareCell& cell : g.cells)
+      if (!cell.is_baseline && cell.interval_includes_one) return true;
+  return false;
+}
+
+std::string unmatched_line(const analysis::UnmatchedRun& u, const std::string& by) {
+  return "run " + std::to_string(u.id) + " " + u.uuid.substr(0, 8) + " " + u.experiment + " #" +
+         std::to_string(u.sweep_index) + " " + by + "=" + u.value + ": " + u.reason;
+}
+
+// --- table ----------------------------------------------------------------------------
+
+std::string padded(const std::string& s, size_t width, bool right) {
+  const std::string fill(width > s.size() ? width - s.size() : 0, ' ');
+  return right ? fill + s : s + fill;
+}
+
+void print_aligned(const TextTable& t, size_t setting_columns) {
+  std::vector<size_t> width(t.header.size(), 0);
+  for (size_t i = 0; i < width.size(); ++i) {
+    width[i] = t.header[i].size();
+    for (const auto& row : t.rows) width[i] = std::max(width[i], row[i].size());
+  }
+  auto print = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i)
+      line += (i ? "  " : "") + padded(row[i], width[i], t.right_aligned[i]);
+    line.erase(line.find_last_not_of(' ') + 1);
+    std::cout << line << "\n";
+  };
+  print(t.header);
+  const std::vector<std::string>* previous = nullptr;
+  for (const auto& row : t.rows) {
+    std::vector<std::string> shown = row;
+    const bool same_group =
+        previous && std::equal(row.begin(), row.begin() + setting_columns, previous->begin());
+    if (same_group) std::fill(shown.begin(), shown.begin() + setting_columns, "");
+    print(shown);
+    previous = &row;
+  }
+}
+
+void print_table(const Comparison& c, const CompareOptions& o) {
+  std::cout << "by " << c.by << ", baseline " << c.baseline
+            << ": throughput ratio to the baseline with its 95% bootstrap interval ("
+            << o.bootstrap_samples << " resamples)\n\n";
+  print_aligned(comparison_table(c), setting_keys(c).size());
+  if (any_unclear(c)) std::cout << "\n" << kLegend << "\n";
+  if (c.unmatched.empty()) return;
+  std::cout << "\n" << c.unmatched.size() << " complete run(s) without a match:\n";
+  for (const auto& u : c.unmatched) std::cout << "  " << unmatched_line(u, c.by) << "\n";
+}
+
+// --- markdown -------------------------------------------------------------------------
+
+std::string markdown_cell(const std::string& s) {
+  std::string out;
+  for (char ch : s) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
+  return out;
+}
+
+void print_markdown_row(const std::vector<std::string>& row) {
+  std::cout << "|";
+  for (const std::string& cell : row) std::cout << " " << markdown_cell(cell) << " |";
+  std::cout << "\n";
+}
+
+void print_markdown(const Comparison& c, const CompareOptions& o) {
+  std::cout << "Throughput by `" << c.by << "`, ratio to `" << c.baseline
+            << "` with its 95% bootstrap interval (" << o.bootstrap_samples
+            << " resamples).\n\n";
+  const TextTable t = comparison_table(c);
+  print_markdown_row(t.header);
+  std::cout << "|";
+  for (bool right : t.right_aligned) std::cout << (right ? "---:|" : "---|");
+  std::cout << "\n";
+  for (const auto& row : t.rows) print_markdown_row(row);
+  if (any_unclear(c)) std::cout << "\n" << kLegend << "\n";
+  if (c.unmatched.empty()) return;
+  std::cout << "\nComplete runs without a match:\n\n";
+  for (const auto& u : c.unmatched) std::cout << "- " << markdown_cell(unmatched_line(u, c.by)) << "\n";
+}
+
+// --- csv and json ---------------------------------------------------------------------
+
+std::string csv_number(double v) {
+  const json j = number_or_null(v);
+  return j.is_null() ? "" : j.dump();
+}
+
+std::string joined_uuids(const CompareCell& cell) {
+  std::string out;
+  for (const std::string& uuid : cell.run_uuids) out += (out.empty() ? "" : " ") + uuid;
+  return out;
+}
+
+void print_csv(const Comparison& c) {
+  std::vector<std::string> header = {"group", "match_key"};
+  for (const std::string& key : setting_keys(c)) header.push_back(key);
+  header.insert(header.end(), {c.by, "baseline", "runs", "measured_steps", "throughput", "ratio",
+                               "ratio_lo", "ratio_hi", "interval_includes_one",
+                               "peak_memory_bytes", "run_uuids"});
+  auto print = [](const std::vector<std::string>& fields) {
+    for (size_t i = 0; i < fields.size(); ++i) std::cout << (i ? "," : "") << csv_field(fields[i]);
+    std::cout << "\n";
+  };
+  print(header);
+  for (size_t g = 0; g < c.groups.size(); ++g) {
+    for (const CompareCell& cell : c.groups[g].cells) {
+      std::vector<std::string> row = {std::to_string(g), c.groups[g].match_key};
+      for (const auto& [key, value] : c.groups[g].settings) row.push_back(value);
+      row.insert(row.end(), {cell.value, cell.is_baseline ? "true" : "false",
+                             std::to_string(cell.run_uuids.size()),
+                             std::to_string(cell.measured_steps), csv_number(cell.throughput),
+                             csv_number(cell.ratio), csv_number(cell.ratio_lo),
+                             csv_number(cell.ratio_hi),
+                             cell.interval_includes_one ? "true" : "false",
+                             std::to_string(cell.peak_memory_bytes), joined_uuids(cell)});
+      print(row);
+    }
+  }
+  for (const auto& u : c.unmatched) std::cerr << "xrun: no match: " << unmatched_line(u, c.by) << "\n";
+}
+
+json cell_json(const CompareCell& cell) {
+  return {{"value", cell.value},
+          {"baseline", cell.is_baseline},
+          {"run_uuids", cell.run_uuids},
+          {"measured_steps", cell.measured_steps},
+          {"throughput", number_or_null(cell.throughput)},
+          {"peak_memory_bytes", cell.peak_memory_bytes},
+          {"ratio", number_or_null(cell.ratio)},
+          {"ratio_lo", number_or_null(cell.ratio_lo)},
+          {"ratio_hi", number_or_null(cell.ratio_hi)},
+          {"interval_includes_one", cell.interval_includes_one}};
+}
+
+json comparison_json(const Comparison& c, const CompareOptions& o) {
+  json groups = json::array();
+  for (const CompareGroup& g : c.groups) {
+    json cells = json::array();
+    for (const CompareCell& cell : g.cells) cells.push_back(cell_json(cell));
+    groups.push_back({{"match_key", g.match_key}, {"settings", g.settings}, {"cells", cells}});
+  }
+  json unmatched = json::array();
+  for (const auto& u : c.unmatched) {
+    json j = run_json(u);
+    j["value"] = u.value;
+    j["reason"] = u.reason;
+    unmatched.push_back(j);
+  }
+  return {{"by", c.by},
+          {"baseline", c.baseline},
+          {"values", c.values},
+          {"confidence", 0.95},
+          {"bootstrap_samples", o.bootstrap_samples},
+          {"seed", o.seed},
+          {"groups", groups},
+          {"unmatched", unmatched}};
+}
+
+// --- nothing to compare ---------------------------------------------------------------
+
+void explain_nothing_to_compare(const Comparison& c, const CompareArgs& args) {
+  std::cerr << "xrun: nothing to compare by " << args.by << " in " << args.db << ": ";
+  if (c.unmatched.empty()) {
+    std::cerr << "no complete run" << (args.where.empty() ? "" : " matches the --where filters")
+              << "\n";
+    return;
+  }
+  std::cerr << "no two complete runs with different " << args.by
+            << " values have the same other settings\n";
+  for (const auto& u : c.unmatched) std::cerr << "  " << unmatched_line(u, c.by) << "\n";
+}
+
+}  // namespace
+
+int compare_command(const CompareArgs& args) {
+  CompareOptions options;
+  options.by = args.by;
+  options.baseline = args.baseline;
+  if (!parse_where(args.where, options.where)) return kUsage;
+  try {
+    std::unique_ptr<store::Store> db;
+    if (!open_existing(args.db, db)) return kRunFailed;
+    const Comparison c = analysis::compare_runs(*db, options);
+    if (c.groups.empty()) {
+      explain_nothing_to_compare(c, args);
+      return kRunFailed;
+    }
+    if (args.format == "json")
+      std::cout << comparison_json(c, options).dump(2) << "\n";
+    else if (args.format == "csv")
+      print_csv(c);
+    else if (args.format == "markdown")
+      print_markdown(c, options);
+    else
+      print_table(c, options);
+    return kOk;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "xrun: " << args.db << ": " << e.what() << "\n";
+    return kUsage;
+  } catch (const store::StoreError& e) {
+    std::cerr << "xrun: " << e.what() << "\n";
+    return kRunFailed;
+  }
 }
 
 }  // namespace xrun::cli

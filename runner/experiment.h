@@ -89,5 +89,9 @@ std::string canonical_json(const nlohmann::json& value);
 std::string fnv1a_hex(const std::string& text);
 // First 8 hex digits of a hash.
 std::string short_hash(const std::string& hash);
+// The settings the experiment hash leaves out, so that the same experiment
+// on another machine, label or data directory has the same hash:
+// store.path, description, train.device, store.label, data.path.
+const std::vector<std::string>& experiment_hash_excluded_keys();
 
 }  // namespace xrun

@@ -27,6 +27,12 @@ std::string fnv1a_hex(const std::string& text) {
 
 std::string short_hash(const std::string& hash) { return hash.substr(0, 8); }
 
+const std::vector<std::string>& experiment_hash_excluded_keys() {
+  static const std::vector<std::string> keys = {"store.path", "description", "train.device",
+                                                "store.label", "data.path"};
+  return keys;
+}
+
 namespace detail {
 
 nlohmann::json::json_pointer pointer(const std::string& dotted) {
@@ -37,9 +43,8 @@ nlohmann::json::json_pointer pointer(const std::string& dotted) {
 
 namespace {
 
-nlohmann::json without(nlohmann::json config, std::initializer_list<const char*> keys) {
-  for (const char* key : keys) {
-    std::string k = key;
+nlohmann::json without(nlohmann::json config, const std::vector<std::string>& keys) {
+  for (const std::string& k : keys) {
     auto dot = k.rfind('.');
     if (dot == std::string::npos) {
       config.erase(k);
@@ -66,8 +71,7 @@ std::string config_hash(const nlohmann::json& resolved) {
 }
 
 std::string experiment_hash(const nlohmann::json& resolved) {
-  return fnv1a_hex(canonical_json(
-      without(resolved, {"store.path", "description", "train.device", "store.label", "data.path"})));
+  return fnv1a_hex(canonical_json(without(resolved, experiment_hash_excluded_keys())));
 }
 
 std::map<std::string, std::string> flatten_params(const nlohmann::json& resolved) {

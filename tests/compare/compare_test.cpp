@@ -1,0 +1,319 @@
+// tests/compare/compare_test.cpp: compare_runs() on stores built through the
+// store API with chosen step times: the ratio against one computed here from
+// the same numbers, bootstrap intervals, grouping, pooling, unmatched runs,
+// comparing by device, errors and determinism.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "compare_test_util.h"
+#include "runner/compare.h"
+
+using namespace xrun;
+using namespace xrun::store;
+using xrun::analysis::Comparison;
+using xrun::analysis::CompareCell;
+using xrun::analysis::CompareOptions;
+using xrun::analysis::compare_runs;
+using xrun::analysis::natural_less;
+using namespace compare_test;
+
+namespace {
+
+std::vector<double> concat(std::vector<double> a, const std::vector<double>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+CompareOptions by(const std::string& key, const std::string& baseline = "") {
+  CompareOptions o;
+  o.by = key;
+  o.baseline = baseline;
+  return o;
+}
+
+const CompareCell& cell(const Comparison& c, size_t group, const std::string& value) {
+  for (const CompareCell& x : c.groups.at(group).cells)
+    if (x.value == value) return x;
+  throw std::runtime_error("no cell " + value);
+}
+
+bool mentions(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("the ratio is the throughput ratio of the measured steps, with a clear interval",
+          "[compare]") {
+  store_test::TempDir dir;
+  Store db(dir.file("r.db"));
+  const auto slow = step_times(100, 0.1, 40);
+  const auto fast = step_times(50, 0.1, 40, 3);
+  const std::string slow_uuid = add_run(db, labelled("box-9"), slow);
+  const std::string fast_uuid = add_run(db, labelled("box-10"), fast);
+
+  const Comparison c = compare_runs(db, by("label"));
+  REQUIRE(c.groups.size() == 1);
+  CHECK(c.baseline == "box-9");  // natural order: 9 before 10
+  CHECK(c.values == std::vector<std::string>{"box-9", "box-10"});
+  CHECK(c.unmatched.empty());
+  REQUIRE(c.groups[0].cells.size() == 2);
+  const CompareCell& base = c.groups[0].cells[0];
+  const CompareCell& other = c.groups[0].cells[1];
+  CHECK(base.is_baseline);
+  CHECK(base.value == "box-9");
+  CHECK(base.run_uuids == std::vector<std::string>{slow_uuid});
+  CHECK(base.measured_steps == 40);
+  CHECK(base.throughput == Approx(expected_throughput(slow)).epsilon(1e-12));
+  CHECK_FALSE(other.is_baseline);
+  CHECK(other.run_uuids == std::vector<std::string>{fast_uuid});
+  CHECK(other.throughput == Approx(expected_throughput(fast)).epsilon(1e-12));
+
+  const double ratio = expected_throughput(fast) / expected_throughput(slow);
+  CHECK(other.ratio == Approx(ratio).epsilon(1e-12));
+  CHECK(other.ratio_lo < ratio);
+  CHECK(other.ratio_hi > ratio);
+  CHECK(other.ratio_lo > 1.0);
+  CHECK_FALSE(other.interval_includes_one);
+  CHECK(base.peak_memory_bytes == 1 << 30);
+
+  SECTION("against the other baseline the ratio is the inverse") {
+    const Comparison inv = compare_runs(db, by("label", "box-10"));
+    REQUIRE(inv.groups.size() == 1);
+    CHECK(inv.values == std::vector<std::string>{"box-10", "box-9"});
+    const CompareCell& s = cell(inv, 0, "box-9");
+    CHECK(s.ratio == Approx(1.0 / ratio).epsilon(1e-12));
+    CHECK(s.ratio_hi < 1.0);
+    CHECK_FALSE(s.interval_includes_one);
+  }
+}
+
+TEST_CASE("two runs of one distribution give an interval that includes 1", "[compare]") {
+  store_test::TempDir dir;
+  Store db(dir.file("r.db"));
+  const auto times = step_times(80, 0.2, 30);
+  add_run(db, labelled("a"), times);
+  add_run(db, labelled("b"), std::vector<double>(times.rbegin(), times.rend()));
+  const Comparison c = compare_runs(db, by("label"));
+  REQUIRE(c.groups.size() == 1);
+  const CompareCell& b = cell(c, 0, "b");
+  CHECK(b.ratio == Approx(1.0).epsilon(1e-12));
+  CHECK(b.ratio_lo < 1.0);
+  CHECK(b.ratio_hi > 1.0);
+  CHECK(b.interval_includes_one);
+}
+
+TEST_CASE("runs group by their other settings, which each group shows", "[compare]") {
+  store_test::TempDir dir;
+  Store db(dir.file("r.db"));
+  // Added in an order unlike the expected one: 128 after 64 (numerically).
+  const std::string a128 = add_run(db, labelled("a", 128), step_times(200, 0.1, 20));
+  const std::string b64 = add_run(db, labelled("b", 64), step_times(60, 0.1, 20));
+  const std::string a64 = add_run(db, labelled("a", 64), step_times(100, 0.1, 20));
+  const std::string b128 = add_run(db, labelled("b", 128), step_times(110, 0.1, 20));
+
+  const Comparison c = compare_runs(db, by("label"));
+  REQUIRE(c.groups.size() == 2);
+  using Settings = std::map<std::string, std::string>;
+  CHECK(c.groups[0].settings == Settings{{"train.batch_size", "64"}});
+  CHECK(c.groups[1].settings == Settings{{"train.batch_size", "128"}});
+  CHECK(c.groups[0].match_key != c.groups[1].match_key);
+  CHECK(cell(c, 0, "a").run_uuids == std::vector<std::string>{a64});
+  CHECK(cell(c, 0, "b").run_uuids == std::vector<std::string>{b64});
+  CHECK(cell(c, 1, "a").run_uuids == std::vector<std::string>{a128});
+  CHECK(cell(c, 1, "b").run_uuids == std::vector<std::string>{b128});
+  CHECK(cell(c, 0, "b").ratio ==
+        Approx(expected_throughput(step_times(60, 0.1, 20)) /
+               expected_throughput(step_times(100, 0.1, 20))).epsilon(1e-12));
+
+  SECTION("comparing by the batch size instead groups by label: machines are not pooled") {
+    const Comparison bs = compare_runs(db, by("train.batch_size"));
+    CHECK(bs.baseline == "64");
+    CHECK(bs.values == std::vector<std::string>{"64", "128"});
+    REQUIRE(bs.groups.size() == 2);
+    CHECK(bs.groups[0].settings == Settings{{"label", "a"}});
+    CHECK(bs.groups[1].settings == Settings{{"label", "b"}});
+    CHECK(cell(bs, 0, "128").run_uuids == std::vector<std::string>{a128});
+    CHECK(cell(bs, 1, "128").run_uuids == std::vector<std::string>{b128});
+  }
+  SECTION("--where narrows the runs") {
+    CompareOptions o = by("label");
+    o.where = {{"train.batch_size", "128"}};
+    const Comparison w = compare_runs(db, o);
+    REQUIRE(w.groups.size() == 1);
+    CHECK(w.groups[0].settings.empty());  // a single group: nothing to tell apart
+    CHECK(cell(w, 0, "a").run_uuids == std::vector<std::string>{a128});
+  }
+}
+
+TEST_CASE("runs without a counterpart are listed with the reason", "[compare]") {
+  store_test::TempDir dir;
+  Store db(dir.file("r.db"));
+  add_run(db, labelled("a"), step_times(100, 0.1, 20));
+  add_run(db, labelled("b"), step_times(90, 0.1, 20));
+  const std::string lonely = add_run(db, labelled("a", 256), step_times(100, 0.1, 20));
+  const std::string no_base_b = add_run(db, labelled("b", 1024), step_times(100, 0.1, 20));
+  const std::string no_base_c = add_run(db, labelled("c", 1024), step_times(100, 0.1, 20));
+  const std::string unmeasured = add_run(db, labelled("b", 256), {});
+  add_run(db, labelled("b", 256), step_times(10, 0.1, 20), RunStatus::failed);
+
+  const Comparison c = compare_runs(db, by("label"));
+  REQUIRE(c.groups.size() == 1);
+  CHECK(c.baseline == "a");
+  CHECK(c.values == std::vector<std::string>{"a", "b"});
+  REQUIRE(c.unmatched.size() == 4);  // the failed run takes no part at all
+  std::map<std::string, std::string> reasons;
+  for (const auto& u : c.unmatched) reasons[u.uuid] = u.reason;
+  CHECK(mentions(reasons.at(lonely), "no run with another label has the same settings"));
+  CHECK(mentions(reasons.at(no_base_b), "no label = a run"));
+  CHECK(mentions(reasons.at(no_base_c), "no label = a run"));
+  CHECK(reasons.at(unmeasured) == "no measured steps");
+  CHECK(c.unmatched[0].value == "a");
+  CHECK(c.unmatched[0].uuid == lonely);  // in run order
+  // The matched group shows the batch size that tells it from the others.
+  CHECK(c.groups[0].settings.at("train.batch_size") == "512");
+}
+
+TEST_CASE("repeats with the same settings pool their steps", "[compare]") {
+  store_test::TempDir dir;
+  Store db(dir.file("r.db"));
+  const auto base = step_times(100, 0.15, 25);
+  const auto first = step_times(70, 0.15, 25, 2);
+  const auto second = step_times(75, 0.15, 25, 4);
+  add_run(db, labelled("a"), base);
+  const std::string r1 = add_run(db, labelled("b"), first, RunStatus::complete, 1 << 20);
+  const Comparison single = compare_runs(db, by("label"));
+  const std::string r2 = add_run(db, labelled("b"), second, RunStatus::complete, 3 << 20);
+  const Comparison pooled = compare_runs(db, by("label"));
+
+  REQUIRE(pooled.groups.size() == 1);
+  const CompareCell& b = cell(pooled, 0, "b");
+  CHECK(b.run_uuids == std::vector<std::string>{r1, r2});
+  CHECK(b.measured_steps == 50);
+  const double expected = expected_throughput(concat(first, second));
+  CHECK(b.throughput == Approx(expected).epsilon(1e-12));
+  CHECK(b.ratio == Approx(expected / expected_throughput(base)).epsilon(1e-12));
+  CHECK(b.peak_memory_bytes == 3 << 20);  // the largest of the two
+
+  SECTION("a repeat of the same steps makes the interval tighter") {
+    store_test::TempDir dir2;
+    Store db2(dir2.file("r.db"));
+    add_run(db2, labelled("a"), base);
+    add_run(db2, labelled("b"), first);
+    const CompareCell once = cell(compare_runs(db2, by("label")), 0, "b");
+    add_run(db2, labelled("b"), first);
+    const CompareCell twice = cell(compare_runs(db2, by("label")), 0, "b");
+    CHECK(twice.ratio == Approx(once.ratio).epsilon(1e-12));
+    CHECK(twice.ratio_hi - twice.ratio_lo < once.ratio_hi - once.ratio_lo);
+  }
+  CHECK(cell(single, 0, "b").run_uuids == std::vector<std::string>{r1});
+}
+
+TEST_CASE("by device compares the stored device names, not train.device", "[compare]") {
+  store_test::TempDir dir;
+  Store db(dir.file("r.db"));
+  NewRun ampere = labelled("box-3090");
+  ampere.environment.fields["device_name"] = "NVIDIA GeForce RTX 3090";
+  ampere.params["store.label"] = "\"box-3090\"";
+  ampere.params["data.path"] = "\"/data/a\"";
+  ampere.params["train.device"] = "\"cuda:0\"";
+  NewRun ada = labelled("box-4090D");
+  ada.environment.fields["device_name"] = "NVIDIA GeForce RTX 4090 D";
+  ada.params["store.label"] = "\"box-4090D\"";
+  ada.params["data.path"] = "\"/mnt/other\"";  // left out of matching, as by the experiment hash
+  ada.params["train.device"] = "\"cuda:0\"";
+  const auto t3090 = step_times(140, 0.05, 30);
+  const auto t4090 = step_times(100, 0.05, 30, 1);
+  add_run(db, ampere, t3090);
+  add_run(db, ada, t4090);
+
+  const Comparison c = compare_runs(db, by("device"));
+  REQUIRE(c.groups.size() == 1);
+  CHECK(c.values ==
+        std::vector<std::string>{"NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 4090 D"});
+  const CompareCell& x = cell(c, 0, "NVIDIA GeForce RTX 4090 D");
+  CHECK(x.ratio == Approx(expected_throughput(t4090) / expected_throughput(t3090)).epsilon(1e-12));
+  CHECK_FALSE(x.interval_includes_one);
+
+  // train.device is "cuda:0" on both: one value, nothing matched.
+  const Comparison by_string = compare_runs(db, by("train.device"));
+  CHECK(by_string.groups.empty());
+  CHECK(by_string.unmatched.size() == 2);
+}
+
+TEST_CASE("an unknown key or baseline is refused with what exists", "[compare]") {
+  store_test::TempDir dir;
+  Store db(dir.file("r.db"));
+  add_run(db, labelled("a", 512, "fp16"), step_times(100, 0.1, 10));
+  add_run(db, labelled("a", 512, "bf16"), step_times(90, 0.1, 10));
+  try {
+    compare_runs(db, by("train.precison"));
+    FAIL("no error for an unknown key");
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    CHECK(mentions(what, "--by train.precison"));
+    CHECK(mentions(what, "train.precision"));
+    CHECK(mentions(what, "label"));
+    CHECK(mentions(what, "device"));
+  }
+  try {
+    compare_runs(db, by("train.precision", "fp8"));
+    FAIL("no error for an unknown baseline");
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    CHECK(mentions(what, "--baseline fp8"));
+    CHECK(mentions(what, "the values are: bf16, fp16"));
+  }
+  CHECK_THROWS_AS(compare_runs(db, by("")), std::invalid_argument);
+  const Comparison ok = compare_runs(db, by("train.precision", "fp16"));
+  REQUIRE(ok.groups.size() == 1);
+  CHECK(ok.values == std::vector<std::string>{"fp16", "bf16"});
+}
+
+TEST_CASE("a store with nothing to compare gives no groups", "[compare]") {
+  store_test::TempDir dir;
+  Store db(dir.file("r.db"));
+  CHECK(compare_runs(db, by("label")).groups.empty());
+  add_run(db, labelled("a"), step_times(100, 0.1, 10));
+  const Comparison one = compare_runs(db, by("label"));
+  CHECK(one.groups.empty());
+  REQUIRE(one.unmatched.size() == 1);
+  CHECK(one.baseline == "a");
+}
+
+TEST_CASE("the bootstrap is deterministic for a seed", "[compare]") {
+  store_test::TempDir dir;
+  Store db(dir.file("r.db"));
+  add_run(db, labelled("a"), step_times(100, 0.3, 15));
+  add_run(db, labelled("b"), step_times(95, 0.3, 15, 6));
+  CompareOptions o = by("label");
+  o.seed = 42;
+  const CompareCell x = cell(compare_runs(db, o), 0, "b");
+  const CompareCell y = cell(compare_runs(db, o), 0, "b");
+  CHECK(x.ratio_lo == y.ratio_lo);
+  CHECK(x.ratio_hi == y.ratio_hi);
+  o.seed = 43;
+  const CompareCell z = cell(compare_runs(db, o), 0, "b");
+  CHECK(z.ratio == x.ratio);
+  CHECK(z.ratio_lo != x.ratio_lo);
+  o.bootstrap_samples = 0;
+  CHECK_THROWS_AS(compare_runs(db, o), std::invalid_argument);
+}
+
+TEST_CASE("natural order puts numbers first, numerically", "[compare]") {
+  CHECK(natural_less("9", "10"));
+  CHECK(natural_less("0.0005", "0.001"));
+  CHECK(natural_less("64", "128"));
+  CHECK(natural_less("1e3", "2000"));
+  CHECK(natural_less("512", "auto"));
+  CHECK_FALSE(natural_less("auto", "512"));
+  CHECK(natural_less("box-9", "box-10"));
+  CHECK(natural_less("1-thread", "2-threads"));
+  CHECK(natural_less("bf16", "fp16"));
+  CHECK_FALSE(natural_less("fp16", "fp16"));
+  std::vector<std::string> v = {"run10", "run2", "b", "10", "run1", "2", "a"};
+  std::sort(v.begin(), v.end(), natural_less);
+  CHECK(v == std::vector<std::string>{"2", "10", "a", "b", "run1", "run2", "run10"});
+}
