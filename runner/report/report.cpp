@@ -52,14 +52,14 @@ std::string started(const std::string& iso) {
 
 std::string run_row(const ReportRun& r) {
   const store::RunInfo& i = r.detail.info;
-  const std::string swatch =
-      "<td><span class=\"dot\" style=\"background:" + style_color(r.style) + "\"></span></td>";
+  const std::string swatch = "<td>" + legend_swatch({"", r.style, LegendEntry::Kind::line}) + "</td>";
+  const std::string device = "<td title=\"" + escape(i.device_name + (i.device.empty() ? "" : ", " + i.device)) +
+                             "\">" + escape(short_device_name(i.device_name)) + "</td>";
   const std::string spread = i.step_ms_p10 > 0 ? short_number(i.step_ms_p10) + "–" +
                                                      short_number(i.step_ms_p90)
                                                : "-";
   return "<tr>" + swatch + cell(run_tag(i.id), "num") + cell(i.uuid.substr(0, 8), "mono") +
-         cell(i.experiment) + cell(i.label) + cell(short_device_name(i.device_name) +
-         (i.device.empty() ? "" : " (" + i.device + ")")) +
+         cell(i.label) + device +
          cell(i.batch_size > 0 ? std::to_string(i.batch_size) : "-", "num") + cell(i.precision) +
          "<td><span class=\"status " + escape(i.status) + "\">" + escape(i.status) + "</span></td>" +
          number_cell(i.throughput, short_number(i.throughput)) +
@@ -72,7 +72,7 @@ std::string run_row(const ReportRun& r) {
 
 std::string runs(const ReportData& data) {
   std::string table = "<div class=\"scroll\"><table class=\"runs\"><thead>" +
-                      header_row({{"", false}, {"run", true}, {"uuid", false}, {"experiment", false},
+                      header_row({{"", false}, {"run", true}, {"uuid", false},
                                   {"label", false}, {"device", false}, {"batch", true},
                                   {"precision", false}, {"status", false}, {"img/s", true},
                                   {"median ms", true}, {"p10–p90 ms", true}, {"test acc %", true},
@@ -121,7 +121,22 @@ std::string environment_value(const Machine& m, const std::string& key) {
   return out;
 }
 
-std::string machine_table(const Machine& m) {
+// Environment keys whose value is not the same in every run.
+std::set<std::string> differing_keys(const ReportData& data) {
+  std::map<std::string, std::set<std::string>> values;
+  for (const ReportRun& r : data.runs)
+    for (const auto& [key, value] : r.detail.environment.fields) values[key].insert(value);
+  std::set<std::string> out;
+  for (const auto& [key, seen] : values) {
+    const bool everywhere = std::all_of(data.runs.begin(), data.runs.end(), [&](const ReportRun& r) {
+      return r.detail.environment.fields.contains(key);
+    });
+    if (seen.size() > 1 || !everywhere) out.insert(key);
+  }
+  return out;
+}
+
+std::string machine_table(const Machine& m, const std::set<std::string>& differing) {
   std::set<std::string> keys;
   std::vector<int64_t> run_ids;
   for (const ReportRun* r : m.runs) {
@@ -134,7 +149,8 @@ std::string machine_table(const Machine& m) {
                     "</span></h3><p class=\"note\">" + escape("runs " + run_tags(run_ids)) +
                     "</p><table class=\"env\"><tbody>";
   for (const std::string& key : keys)
-    out += "<tr><th>" + escape(key) + "</th><td>" + environment_value(m, key) + "</td></tr>";
+    out += std::string(differing.contains(key) ? "<tr class=\"differs\">" : "<tr>") + "<th>" +
+           escape(key) + "</th><td>" + environment_value(m, key) + "</td></tr>";
   if (keys.empty()) out += "<tr><td>no environment stored</td></tr>";
   return out + "</tbody></table></div>";
 }
@@ -142,11 +158,13 @@ std::string machine_table(const Machine& m) {
 }  // namespace
 
 std::string environment(const ReportData& data) {
+  const std::set<std::string> differing = differing_keys(data);
   std::string body = "<div class=\"grid two\">";
-  for (const Machine& m : machines(data)) body += machine_table(m);
+  for (const Machine& m : machines(data)) body += machine_table(m, differing);
   body += "</div>";
   return card("environment", "Environment",
-              "What each machine reported (run_environment), grouped by host and device.", body);
+              "What each machine reported (run_environment), grouped by host and device; "
+              "values that are not the same in every run are in bold.", body);
 }
 
 }  // namespace sections
@@ -183,7 +201,8 @@ thead th { color: #6a737d; font-weight: 600; border-bottom: 1px solid #d0d7de; w
 th.num, td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.mono { font-family: "DejaVu Sans Mono", monospace; font-size: 12px; }
 tbody tr:hover { background: #f6f8fa; }
-span.dot { display: inline-block; width: 11px; height: 11px; border-radius: 50%; }
+table.runs td { white-space: nowrap; }
+table.runs svg.swatch { vertical-align: middle; }
 span.status { padding: 1px 7px; border-radius: 9px; font-size: 12px; background: #eef0f2; }
 span.status.complete { background: #dafbe1; color: #116329; }
 span.status.failed { background: #ffebe9; color: #a40e26; }
@@ -193,7 +212,9 @@ div.machine span.host { color: #6a737d; font-weight: 400; }
 div.machine p.note { margin: 2px 0 8px; }
 table.env th { width: 38%; color: #57606a; font-weight: 400; word-break: break-all; }
 table.env td { word-break: break-word; }
+table.env tr.differs td { font-weight: 600; }
 span.runs-of { color: #6a737d; font-size: 12px; }
+div.section-legend { margin: -4px 0 16px; }
 footer { color: #6a737d; font-size: 12px; text-align: center; padding: 4px 0 16px; }
 )css";
 }
@@ -202,6 +223,14 @@ std::string filters_text(const ReportOptions& o) {
   std::string out;
   for (const auto& [key, value] : o.where) out += (out.empty() ? "" : ", ") + key + "=" + value;
   return out.empty() ? "none" : out;
+}
+
+std::string experiments_text(const ReportData& data) {
+  std::set<std::string> names;
+  for (const ReportRun& r : data.runs) names.insert(r.detail.info.experiment);
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
 }
 
 std::string meta(const std::string& name, const std::string& value) {
@@ -215,6 +244,7 @@ std::string page_header(const ReportData& data) {
   return "<header class=\"page\"><h1>xrun report</h1><dl class=\"meta\">" +
          meta("Store", data.store_path) + meta("Generated", data.generated_at) +
          meta("Runs", std::to_string(data.runs.size()) + " (" + std::to_string(complete) + " complete)") +
+         meta("Experiments", experiments_text(data)) +
          meta("Filters", filters_text(data.options)) +
          meta("Speedup", "by " + cmp.by + (cmp.baseline.empty() ? "" : ", baseline " + cmp.baseline)) +
          "</dl></header>";
@@ -230,7 +260,7 @@ std::string render_report(const ReportData& data) {
          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>" +
          "<title>xrun report: " + escape(data.store_path) + "</title><style>" + page_css() +
          chart_css() + "</style></head><body><main>" + page_header(data) + runs(data) +
-         row(throughput(data), speedup(data)) + row(loss(data), accuracy(data)) +
+         row(throughput(data), speedup(data)) + training(data) +
          step_times(data) + phases(data) + kernels(data) + environment(data) +
          "<footer>Written by xrun report from " + escape(data.store_path) +
          ".</footer></main></body></html>\n";

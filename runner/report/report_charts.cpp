@@ -100,7 +100,8 @@ std::string compared_value(const std::string& by, const std::string& value) {
 
 std::string group_text(const analysis::CompareGroup& g) {
   std::string out;
-  for (const auto& [key, value] : g.settings) out += (out.empty() ? "" : " · ") + setting_text(key, value);
+  for (const auto& [key, value] : g.settings)
+    if (!value.empty()) out += (out.empty() ? "" : " · ") + compared_value(key, value);
   return out;
 }
 
@@ -115,7 +116,9 @@ Bar speedup_bar(const analysis::Comparison& cmp, const analysis::CompareGroup& g
   const std::string value = compared_value(cmp.by, cell.value), settings = group_text(g);
   const auto at = std::find(cmp.values.begin(), cmp.values.end(), cell.value);
   Bar b;
-  b.label = settings.empty() ? value : value + " · " + settings;
+  // With one value against the baseline, the legend names it; the bars name their settings.
+  const bool one_value = cmp.values.size() == 2 && !settings.empty();
+  b.label = one_value ? settings : settings.empty() ? value : value + " · " + settings;
   b.value = cell.ratio;
   b.lo = cell.ratio_lo;
   b.hi = cell.ratio_hi;
@@ -148,23 +151,18 @@ std::string speedup(const ReportData& data) {
   c.title = "Speedup over " + compared_value(cmp.by, cmp.baseline) + " (by " + cmp.by + ")";
   c.value_label = "throughput ratio (× baseline)";
   c.reference = 1;
-  size_t without_baseline = 0;
   for (const analysis::CompareGroup& g : cmp.groups) {
     const analysis::CompareCell* base = baseline_cell(g);
-    if (!g.has_baseline || base == nullptr) {
-      ++without_baseline;
-      continue;
-    }
+    if (base == nullptr) continue;
     for (const analysis::CompareCell& cell : g.cells)
       if (!cell.is_baseline) c.bars.push_back(speedup_bar(cmp, g, cell, *base));
   }
   c.legend = speedup_legend(cmp);
   c.note = "Error bars: 95% bootstrap interval of the ratio, from the measured step times.";
-  if (without_baseline > 0) c.note += " " + plural(without_baseline, "group") + " without a baseline run left out.";
-  if (!cmp.unmatched.empty()) c.note += " " + plural(cmp.unmatched.size(), "complete run") + " without a counterpart.";
-  c.empty_text = cmp.values.size() < 2
-                     ? "Nothing to compare by " + cmp.by + ": every run has the same value."
-                     : "No runs to compare by " + cmp.by + ": no run matches a baseline run in every other setting.";
+  if (!cmp.unmatched.empty())
+    c.note += " Not compared: " + plural(cmp.unmatched.size(), "complete run") + " without a counterpart.";
+  c.empty_text = "No runs to compare by " + cmp.by + ": no two complete runs differ in " + cmp.by +
+                 " alone. Choose the key with --by (label, device or a setting such as train.precision).";
   return card("speedup", "Speedup",
               "Throughput against the baseline run with the same settings; pale bars are not clearly faster or slower.",
               render_bar_chart(c));
@@ -213,29 +211,32 @@ Series accuracy_series(const ReportRun& r) {
 
 }  // namespace
 
-std::string loss(const ReportData& data) {
-  LineChart c;
-  c.title = "Training loss by step";
-  c.x = {"step", false, {}, false, true};
-  c.y = {"loss", false, {}};
-  c.markers = false;
+std::string training(const ReportData& data) {
+  LineChart loss;
+  loss.title = "Training loss by step";
+  loss.x = {"step", false, {}, false, true};
+  loss.y = {"loss", false, {}};
+  loss.markers = false;
+  loss.empty_text = "No losses stored in these runs.";
+  LineChart accuracy;
+  accuracy.title = "Test accuracy by epoch";
+  accuracy.x = {"epoch", false, {}, false, true};
+  accuracy.y = {"test accuracy (%)", false, {}};
+  accuracy.empty_text = "No test accuracy in these runs (no evaluation ran).";
+  loss.legend = accuracy.legend = false;  // one legend below both
   bool thinned = false;
-  for (const ReportRun& r : data.runs) c.series.push_back(loss_series(r, thinned));
-  if (thinned) c.note = "Long runs are drawn as means of consecutive steps.";
-  c.empty_text = "No losses stored in these runs.";
-  return card("loss", "Loss", "The training loss of the measured and unmeasured steps (warmup left out).",
-              render_line_chart(c));
-}
-
-std::string accuracy(const ReportData& data) {
-  LineChart c;
-  c.title = "Test accuracy by epoch";
-  c.x = {"epoch", false, {}, false, true};
-  c.y = {"test accuracy (%)", false, {}};
-  for (const ReportRun& r : data.runs) c.series.push_back(accuracy_series(r));
-  c.empty_text = "No test accuracy in these runs (no evaluation ran).";
-  return card("accuracy", "Accuracy", "Top-1 accuracy on the test set at the end of each epoch.",
-              render_line_chart(c));
+  std::vector<LegendEntry> legend;
+  for (const ReportRun& r : data.runs) {
+    loss.series.push_back(loss_series(r, thinned));
+    accuracy.series.push_back(accuracy_series(r));
+    if (!loss.series.back().points.empty() || !accuracy.series.back().points.empty())
+      legend.push_back({r.name, r.style, LegendEntry::Kind::line});
+  }
+  if (thinned) loss.note = "Long runs are drawn as means of consecutive steps.";
+  return card("training", "Training",
+              "Loss of the measured and unmeasured steps (warmup left out) and top-1 test accuracy at each epoch's end.",
+              "<div class=\"grid two\">" + render_line_chart(loss) + render_line_chart(accuracy) +
+                  "</div>" + render_legend(legend));
 }
 
 // --- Step-time distribution -----------------------------------------------------------------
@@ -314,6 +315,7 @@ std::string phases(const ReportData& data) {
   StackedBarChart c;
   c.title = "Time per phase";
   c.value_label = "time (ms)";
+  c.value_unit = " ms";
   c.keys = phase_keys(data);
   for (const ReportRun& r : data.runs) {
     if (r.detail.phases.empty()) continue;
@@ -329,7 +331,7 @@ std::string phases(const ReportData& data) {
 
 namespace {
 
-constexpr size_t kTopKernels = 12;
+constexpr size_t kTopKernels = 10;
 
 std::string kernel_chart(const ReportRun& r, const std::vector<std::string>& keys) {
   std::vector<KernelRecord> top = r.detail.kernels;
@@ -337,27 +339,39 @@ std::string kernel_chart(const ReportRun& r, const std::vector<std::string>& key
   for (const KernelRecord& k : top) total += std::isfinite(k.total_ms) ? k.total_ms : 0;
   std::sort(top.begin(), top.end(),
             [](const KernelRecord& a, const KernelRecord& b) { return a.total_ms > b.total_ms; });
+  if (top.size() > kTopKernels) top.resize(kTopKernels);
   BarChart c;
   c.title = r.name;
   c.value_label = "total time (ms)";
-  std::set<size_t> phases_shown;
-  for (size_t i = 0; i < top.size() && i < kTopKernels; ++i) {
-    const KernelRecord& k = top[i];
+  c.row_height = 20;
+  for (const KernelRecord& k : top) {
     const std::string phase = k.phase.empty() ? "other" : k.phase;
     const double share = total > 0 ? 100.0 * k.total_ms / total : 0;
+    // The colour tells the phase; the label says it only for a name shown twice.
+    const bool repeated = std::count_if(top.begin(), top.end(),
+                                        [&](const KernelRecord& o) { return o.name == k.name; }) > 1;
     Bar b;
-    b.label = k.name + (k.phase.empty() ? "" : " (" + k.phase + ")");
+    b.label = repeated ? k.name + " (" + phase + ")" : k.name;
     b.value = k.total_ms;
     b.style = key_index(keys, phase);
     b.value_text = short_number(k.total_ms) + " ms · " + short_number(share) + "%";
     b.tip = k.name + " " + phase + ": " + short_number(k.total_ms) + " ms over " +
             plural(static_cast<size_t>(k.calls), "call") + " (" + short_number(share) + "% of the run's kernel time)";
-    phases_shown.insert(b.style);
     c.bars.push_back(std::move(b));
   }
-  for (size_t s : phases_shown) c.legend.push_back({keys[s], s});
-  if (top.size() > kTopKernels) c.note = "Top " + std::to_string(kTopKernels) + " of " + std::to_string(top.size()) + ".";
+  if (r.detail.kernels.size() > kTopKernels)
+    c.note = "Top " + std::to_string(kTopKernels) + " of " + std::to_string(r.detail.kernels.size()) + ".";
   return render_bar_chart(c);
+}
+
+// The phases the kernel charts colour, as one legend.
+std::string kernel_legend(const ReportData& data, const std::vector<std::string>& keys) {
+  std::set<size_t> shown;
+  for (const ReportRun& r : data.runs)
+    for (const KernelRecord& k : r.detail.kernels) shown.insert(key_index(keys, k.phase.empty() ? "other" : k.phase));
+  std::vector<LegendEntry> legend;
+  for (size_t s : shown) legend.push_back({keys[s], s});
+  return "<div class=\"section-legend\">" + render_legend(legend) + "</div>";
 }
 
 }  // namespace
@@ -374,7 +388,7 @@ std::string kernels(const ReportData& data) {
   }
   std::string body = figures.empty() ? "<p class=\"empty\">No kernel or layer times in these runs "
                                        "(profile.layers = true times CPU layers; profile.cupti records GPU kernels).</p>"
-                                     : grid(figures, "grid two");
+                                     : kernel_legend(data, keys) + grid(figures, "grid two");
   if (!figures.empty() && !without.empty()) body += note("No kernel or layer times: " + run_ids(without) + ".");
   return card("kernels", "Top kernels and layers",
               "The kernels (GPU) or layers (CPU) that took the most time over the measured steps, coloured by phase.",

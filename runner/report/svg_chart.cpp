@@ -154,7 +154,9 @@ std::string dash_attribute(size_t style) {
   return dash.empty() ? "" : " stroke-dasharray=\"" + dash + "\"";
 }
 
-std::string swatch(const LegendEntry& e) {
+}  // namespace
+
+std::string legend_swatch(const LegendEntry& e) {
   const std::string color = style_color(e.style);
   std::string shape;
   switch (e.kind) {
@@ -177,17 +179,19 @@ std::string swatch(const LegendEntry& e) {
          "</svg>";
 }
 
-std::string legend_html(const std::vector<LegendEntry>& entries) {
+std::string render_legend(const std::vector<LegendEntry>& entries) {
   if (entries.empty()) return "";
   std::string out = "<ul class=\"legend\">";
-  for (const LegendEntry& e : entries) out += "<li>" + swatch(e) + escape(e.name) + "</li>";
+  for (const LegendEntry& e : entries) out += "<li>" + legend_swatch(e) + escape(e.name) + "</li>";
   return out + "</ul>";
 }
+
+namespace {
 
 std::string figure(const std::string& title, const std::string& svg,
                    const std::vector<LegendEntry>& legend, const std::string& note) {
   std::string out = "<figure class=\"chart\"><figcaption>" + escape(title) + "</figcaption>" + svg +
-                    legend_html(legend);
+                    render_legend(legend);
   if (!note.empty()) out += "<p class=\"note\">" + escape(note) + "</p>";
   return out + "</figure>";
 }
@@ -308,13 +312,43 @@ std::string series_markers(const Series& s, const Scale& sx, const Scale& sy) {
   return out;
 }
 
-// Category labels at the left of horizontal bars: the margin they need.
-double category_margin(const std::vector<std::string>& labels) {
-  return std::clamp(widest(labels, 12) + 14, 60.0, 320.0);
+// The frame of horizontal bars: category labels at the left (at most 42% of
+// the width, cut to fit), value texts at the right, one row per bar, as many
+// ticks as the plot's width holds.
+struct Rows {
+  Plot plot{0, 0, 0, 0};
+  double height = 0, row = 26, thickness = 16;
+  std::vector<std::string> labels;
+  Ticks ticks;
+  double top(size_t i) const { return plot.top + row * static_cast<double>(i) + (row - thickness) / 2; }
+  double middle(size_t i) const { return top(i) + thickness / 2; }
+};
+
+Rows layout_rows(double width, double row_height, const std::vector<std::string>& labels,
+                 const std::vector<std::string>& value_texts, double lo, double hi) {
+  Rows r;
+  r.row = row_height;
+  r.thickness = std::round(row_height * 0.62);
+  const double max_margin = 0.42 * width;
+  const auto max_chars = static_cast<size_t>((max_margin - 14) / (0.6 * 12));
+  for (const std::string& label : labels) r.labels.push_back(fit(label, max_chars));
+  const double left = std::clamp(widest(r.labels, 12) + 14, 60.0, max_margin);
+  const double right = width - std::max(widest(value_texts, 12) + 14, 20.0);
+  r.height = 10 + row_height * static_cast<double>(labels.size()) + 46;
+  r.plot = {left, 10, right, r.height - 46};
+  r.ticks = nice_ticks(lo, hi, std::clamp(static_cast<int>((right - left) / 90), 2, 6), true);
+  return r;
 }
 
-constexpr size_t kMaxCategoryChars = 50;
-constexpr double kRowHeight = 26, kBarThickness = 16;
+// The opening of a horizontal bar chart: value axis with grid, category labels.
+std::string rows_frame(const Rows& r, double width, const std::string& title,
+                       const std::string& value_label, const Scale& sx) {
+  std::string svg = svg_open(width, r.height, title);
+  x_axis(svg, r.plot, sx, r.ticks, tick_labels(r.ticks, false), value_label, true);
+  for (size_t i = 0; i < r.labels.size(); ++i)
+    svg += text(r.plot.left - 8, r.middle(i) + 4, r.labels[i], "category", "end");
+  return svg;
+}
 
 }  // namespace
 
@@ -342,7 +376,7 @@ std::string render_line_chart(const LineChart& c) {
   for (const Series* s : drawn) {
     svg += series_path(*s, sx, sy);
     if (c.markers || s->points.size() == 1) svg += series_markers(*s, sx, sy);
-    legend.push_back({s->name, s->style, LegendEntry::Kind::line});
+    if (c.legend) legend.push_back({s->name, s->style, LegendEntry::Kind::line});
   }
   return figure(c.title, svg + "</svg>", legend, c.note);
 }
@@ -351,57 +385,54 @@ std::string render_line_chart(const LineChart& c) {
 
 namespace {
 
-std::string bar_rect(const Bar& b, double x, double y, double w) {
+std::string bar_rect(const Bar& b, double x, double y, double w, double h) {
   const std::string color = style_color(b.style);
   std::string out = "<rect class=\"mark bar\" x=\"" + px(x) + "\" y=\"" + px(y) + "\" width=\"" +
-                    px(w) + "\" height=\"" + px(kBarThickness) + "\" fill=\"" + color + "\"";
+                    px(w) + "\" height=\"" + px(h) + "\" fill=\"" + color + "\"";
   if (b.muted)
     out += " fill-opacity=\"0.3\" stroke=\"" + color + "\" stroke-dasharray=\"4 2\"";
   const std::string tip = b.tip.empty() ? b.label + ": " + short_number(b.value) : b.tip;
   return out + ">" + tooltip(tip) + "</rect>";
 }
 
-std::string error_bar(double x0, double x1, double cy) {
+std::string error_bar(double x0, double x1, double cy, double h) {
   return "<g class=\"error-bar\">" + line(x0, cy, x1, cy, "whisker") +
-         line(x0, cy - 5, x0, cy + 5, "whisker") + line(x1, cy - 5, x1, cy + 5, "whisker") + "</g>";
+         line(x0, cy - h / 2, x0, cy + h / 2, "whisker") +
+         line(x1, cy - h / 2, x1, cy + h / 2, "whisker") + "</g>";
+}
+
+std::string bar_value_text(const Bar& b) {
+  return b.value_text.empty() ? short_number(b.value) : b.value_text;
 }
 
 }  // namespace
 
 std::string render_bar_chart(const BarChart& c) {
   if (c.bars.empty()) return empty_figure(c.title, c.empty_text);
-  double lo = 0, hi = 0;
-  std::vector<std::string> labels;
+  double lo = 0, hi = std::isfinite(c.reference) ? c.reference : 0;
+  std::vector<std::string> labels, values;
   for (const Bar& b : c.bars) {
     lo = std::min({lo, b.value, std::isfinite(b.lo) ? b.lo : 0.0});
     hi = std::max({hi, b.value, std::isfinite(b.hi) ? b.hi : 0.0});
-    labels.push_back(fit(b.label, kMaxCategoryChars));
+    labels.push_back(b.label);
+    values.push_back(bar_value_text(b));
   }
-  if (std::isfinite(c.reference)) hi = std::max(hi, c.reference);
-  const Ticks t = nice_ticks(lo, hi, 5, true);
-  const auto ticks = tick_labels(t, false);
-  const double height = 10 + kRowHeight * static_cast<double>(c.bars.size()) + 46;
-  const Plot p{category_margin(labels), 10, c.width - 64.0, height - 46};
-  const Scale sx(t.lo, t.hi, p.left, p.right);
-  std::string svg = svg_open(c.width, height, c.title);
-  x_axis(svg, p, sx, t, ticks, c.value_label, true);
+  const Rows r = layout_rows(c.width, c.row_height, labels, values, lo, hi);
+  const Scale sx(r.ticks.lo, r.ticks.hi, r.plot.left, r.plot.right);
+  std::string svg = rows_frame(r, c.width, c.title, c.value_label, sx);
   for (size_t i = 0; i < c.bars.size(); ++i) {
     const Bar& b = c.bars[i];
-    const double top = p.top + kRowHeight * static_cast<double>(i) + (kRowHeight - kBarThickness) / 2;
-    const double cy = top + kBarThickness / 2;
     const double x0 = sx(std::min(0.0, b.value)), x1 = sx(std::max(0.0, b.value));
-    svg += text(p.left - 8, cy + 4, labels[i], "category", "end");
-    svg += bar_rect(b, x0, top, x1 - x0);
+    svg += bar_rect(b, x0, r.top(i), x1 - x0, r.thickness);
     double end = sx(b.value);
     if (std::isfinite(b.lo) && std::isfinite(b.hi)) {
-      svg += error_bar(sx(b.lo), sx(b.hi), cy);
+      svg += error_bar(sx(b.lo), sx(b.hi), r.middle(i), r.thickness * 0.6);
       end = std::max(end, sx(b.hi));
     }
-    svg += text(end + 6, cy + 4, b.value_text.empty() ? short_number(b.value) : b.value_text,
-                "value");
+    svg += text(end + 6, r.middle(i) + 4, values[i], "value");
   }
   if (std::isfinite(c.reference))
-    svg += line(sx(c.reference), p.top, sx(c.reference), p.bottom, "reference");
+    svg += line(sx(c.reference), r.plot.top, sx(c.reference), r.plot.bottom, "reference");
   return figure(c.title, svg + "</svg>", c.legend, c.note);
 }
 
@@ -420,7 +451,8 @@ size_t key_style(const StackedBarChart& c, size_t key) {
   return key < c.key_styles.size() ? c.key_styles[key] : key;
 }
 
-std::string segments(const StackedBarChart& c, const StackedBar& b, const Scale& sx, double top) {
+std::string segments(const StackedBarChart& c, const StackedBar& b, const Scale& sx, double top,
+                     double h) {
   std::string out;
   double at = 0;
   for (size_t k = 0; k < b.values.size() && k < c.keys.size(); ++k) {
@@ -430,8 +462,8 @@ std::string segments(const StackedBarChart& c, const StackedBar& b, const Scale&
         k < b.tips.size() && !b.tips[k].empty() ? b.tips[k] : c.keys[k] + ": " + short_number(v);
     out += "<rect class=\"mark segment\" data-key=\"" + escape(c.keys[k]) + "\" x=\"" +
            px(sx(at)) + "\" y=\"" + px(top) + "\" width=\"" + px(sx(at + v) - sx(at)) +
-           "\" height=\"" + px(kBarThickness) + "\" fill=\"" + style_color(key_style(c, k)) +
-           "\">" + tooltip(tip) + "</rect>";
+           "\" height=\"" + px(h) + "\" fill=\"" + style_color(key_style(c, k)) + "\">" +
+           tooltip(tip) + "</rect>";
     at += v;
   }
   return out;
@@ -441,25 +473,19 @@ std::string segments(const StackedBarChart& c, const StackedBar& b, const Scale&
 
 std::string render_stacked_bars(const StackedBarChart& c) {
   double hi = 0;
-  std::vector<std::string> labels;
+  std::vector<std::string> labels, totals;
   for (const StackedBar& b : c.bars) {
     hi = std::max(hi, bar_total(b));
-    labels.push_back(fit(b.label, kMaxCategoryChars));
+    labels.push_back(b.label);
+    totals.push_back(short_number(bar_total(b)) + c.value_unit);
   }
   if (hi <= 0) return empty_figure(c.title, c.empty_text);
-  const Ticks t = nice_ticks(0, hi, 6, true);
-  const auto ticks = tick_labels(t, false);
-  const double height = 10 + kRowHeight * static_cast<double>(c.bars.size()) + 46;
-  const Plot p{category_margin(labels), 10, c.width - 64.0, height - 46};
-  const Scale sx(t.lo, t.hi, p.left, p.right);
-  std::string svg = svg_open(c.width, height, c.title);
-  x_axis(svg, p, sx, t, ticks, c.value_label, true);
+  const Rows r = layout_rows(c.width, 26, labels, totals, 0, hi);
+  const Scale sx(r.ticks.lo, r.ticks.hi, r.plot.left, r.plot.right);
+  std::string svg = rows_frame(r, c.width, c.title, c.value_label, sx);
   for (size_t i = 0; i < c.bars.size(); ++i) {
-    const double top = p.top + kRowHeight * static_cast<double>(i) + (kRowHeight - kBarThickness) / 2;
-    const double total = bar_total(c.bars[i]);
-    svg += text(p.left - 8, top + kBarThickness / 2 + 4, labels[i], "category", "end");
-    svg += segments(c, c.bars[i], sx, top);
-    svg += text(sx(total) + 6, top + kBarThickness / 2 + 4, short_number(total), "value");
+    svg += segments(c, c.bars[i], sx, r.top(i), r.thickness);
+    svg += text(sx(bar_total(c.bars[i])) + 6, r.middle(i) + 4, totals[i], "value");
   }
   std::vector<LegendEntry> legend;
   for (size_t k = 0; k < c.keys.size(); ++k)

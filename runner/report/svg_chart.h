@@ -71,6 +71,10 @@ struct LegendEntry {
   Kind kind = Kind::box;
 };
 
+// A legend entry's sample (a small inline SVG) and a legend as an HTML list.
+std::string legend_swatch(const LegendEntry& entry);
+std::string render_legend(const std::vector<LegendEntry>& entries);
+
 // --- Charts -----------------------------------------------------------------------
 
 struct Axis {
@@ -97,6 +101,7 @@ struct LineChart {
   Axis x, y;
   std::vector<Series> series;     // series without points are left out
   bool markers = true;            // a circle on every point
+  bool legend = true;             // false: the caller shows one legend for several charts
   std::string note;               // a line of text under the chart
   std::string empty_text;         // shown when no series has a point
   int width = 560, height = 330;
@@ -123,6 +128,7 @@ struct BarChart {
   std::string note;
   std::string empty_text;
   int width = 560;
+  double row_height = 26;         // pixels per bar
 };
 std::string render_bar_chart(const BarChart& chart);
 
@@ -136,6 +142,7 @@ struct StackedBar {
 struct StackedBarChart {
   std::string title;
   std::string value_label;
+  std::string value_unit;          // after each bar's total: " ms"
   std::vector<std::string> keys;
   std::vector<size_t> key_styles;  // style of each key; empty = key index
   std::vector<StackedBar> bars;
