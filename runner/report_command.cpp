@@ -27,16 +27,14 @@ int report_command(const ReportArgs& args) {
     }
     const std::string html = report::render_report(data);
     report::write_file_atomically(args.output, html);
-    std::cout << "wrote " << args.output << ": " << data.runs.size() << " run(s) from "
-              << args.db << ", " << (html.size() + 1023) / 1024 << " KiB\n";
+    std::cout << "wrote " << args.output << ": " << data.runs.size() << " run(s) from " << args.db
+              << ", " << (html.size() + 1023) / 1024 << " KiB\n";
     return kOk;
   } catch (const store::StoreError& e) {
     std::cerr << "xrun: " << e.what() << "\n";
     return kRunFailed;
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "xrun: report --by " << args.by
-              << (args.baseline.empty() ? "" : " --baseline " + args.baseline) << ": " << e.what()
-              << "\n";
+  } catch (const std::invalid_argument& e) {  // --by or --baseline: the message names it
+    std::cerr << "xrun: " << e.what() << "\n";
     return kUsage;
   } catch (const std::runtime_error& e) {
     std::cerr << "xrun: " << e.what() << "\n";

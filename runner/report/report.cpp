@@ -3,12 +3,12 @@
 // together (report_charts.cpp), and writing the file.
 #include "runner/report/report.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -29,7 +29,8 @@ std::string card(const std::string& id, const std::string& title, const std::str
 namespace {
 
 std::string cell(const std::string& text, const char* cls = nullptr) {
-  return std::string(cls ? "<td class=\"" + std::string(cls) + "\">" : "<td>") + escape(text) + "</td>";
+  return std::string(cls ? "<td class=\"" + std::string(cls) + "\">" : "<td>") + escape(text) +
+         "</td>";
 }
 
 std::string number_cell(double v, const std::string& text) {
@@ -52,17 +53,18 @@ std::string started(const std::string& iso) {
 
 std::string run_row(const ReportRun& r) {
   const store::RunInfo& i = r.detail.info;
-  const std::string swatch = "<td>" + legend_swatch({"", r.style, LegendEntry::Kind::line}) + "</td>";
-  const std::string device = "<td title=\"" + escape(i.device_name + (i.device.empty() ? "" : ", " + i.device)) +
+  const std::string swatch =
+      "<td>" + legend_swatch({"", r.style, LegendEntry::Kind::line}) + "</td>";
+  const std::string device = "<td title=\"" +
+                             escape(i.device_name + (i.device.empty() ? "" : ", " + i.device)) +
                              "\">" + escape(short_device_name(i.device_name)) + "</td>";
-  const std::string spread = i.step_ms_p10 > 0 ? short_number(i.step_ms_p10) + "–" +
-                                                     short_number(i.step_ms_p90)
-                                               : "-";
+  const std::string spread =
+      i.step_ms_p10 > 0 ? short_number(i.step_ms_p10) + "–" + short_number(i.step_ms_p90) : "-";
   return "<tr>" + swatch + cell(run_tag(i.id), "num") + cell(i.uuid.substr(0, 8), "mono") +
          cell(i.label) + device +
          cell(i.batch_size > 0 ? std::to_string(i.batch_size) : "-", "num") + cell(i.precision) +
-         "<td><span class=\"status " + escape(i.status) + "\">" + escape(i.status) + "</span></td>" +
-         number_cell(i.throughput, short_number(i.throughput)) +
+         "<td><span class=\"status " + escape(i.status) + "\">" + escape(i.status) +
+         "</span></td>" + number_cell(i.throughput, short_number(i.throughput)) +
          number_cell(i.step_ms_median, short_number(i.step_ms_median)) + cell(spread, "num") +
          number_cell(i.test_accuracy, short_number(100.0 * i.test_accuracy)) +
          cell(started(i.started_at)) + "</tr>";
@@ -72,16 +74,25 @@ std::string run_row(const ReportRun& r) {
 
 std::string runs(const ReportData& data) {
   std::string table = "<div class=\"scroll\"><table class=\"runs\"><thead>" +
-                      header_row({{"", false}, {"run", true}, {"uuid", false},
-                                  {"label", false}, {"device", false}, {"batch", true},
-                                  {"precision", false}, {"status", false}, {"img/s", true},
-                                  {"median ms", true}, {"p10–p90 ms", true}, {"test acc %", true},
+                      header_row({{"", false},
+                                  {"run", true},
+                                  {"uuid", false},
+                                  {"label", false},
+                                  {"device", false},
+                                  {"batch", true},
+                                  {"precision", false},
+                                  {"status", false},
+                                  {"img/s", true},
+                                  {"median ms", true},
+                                  {"p10–p90 ms", true},
+                                  {"test acc %", true},
                                   {"started (UTC)", false}}) +
                       "</thead><tbody>";
   for (const ReportRun& r : data.runs) table += run_row(r);
   table += "</tbody></table></div>";
   return card("runs", "Runs",
-              "The colour of each run is its colour in the per-run charts below; names list what varies between runs.",
+              "The colour of each run is its colour in the per-run charts below; names list what "
+              "varies between runs.",
               table);
 }
 
@@ -112,12 +123,14 @@ std::string environment_value(const Machine& m, const std::string& key) {
   std::map<std::string, std::vector<int64_t>> values;
   for (const ReportRun* r : m.runs) {
     const auto it = r->detail.environment.fields.find(key);
-    values[it == r->detail.environment.fields.end() ? "-" : it->second].push_back(r->detail.info.id);
+    values[it == r->detail.environment.fields.end() ? "-" : it->second].push_back(
+        r->detail.info.id);
   }
   if (values.size() == 1) return escape(values.begin()->first);
   std::string out;
   for (const auto& [value, runs] : values)
-    out += "<div>" + escape(value) + " <span class=\"runs-of\">(" + run_tags(runs) + ")</span></div>";
+    out +=
+        "<div>" + escape(value) + " <span class=\"runs-of\">(" + run_tags(runs) + ")</span></div>";
   return out;
 }
 
@@ -128,9 +141,9 @@ std::set<std::string> differing_keys(const ReportData& data) {
     for (const auto& [key, value] : r.detail.environment.fields) values[key].insert(value);
   std::set<std::string> out;
   for (const auto& [key, seen] : values) {
-    const bool everywhere = std::all_of(data.runs.begin(), data.runs.end(), [&](const ReportRun& r) {
-      return r.detail.environment.fields.contains(key);
-    });
+    const bool everywhere =
+        std::all_of(data.runs.begin(), data.runs.end(),
+                    [&](const ReportRun& r) { return r.detail.environment.fields.contains(key); });
     if (seen.size() > 1 || !everywhere) out.insert(key);
   }
   return out;
@@ -164,7 +177,8 @@ std::string environment(const ReportData& data) {
   body += "</div>";
   return card("environment", "Environment",
               "What each machine reported (run_environment), grouped by host and device; "
-              "values that are not the same in every run are in bold.", body);
+              "values that are not the same in every run are in bold.",
+              body);
 }
 
 }  // namespace sections
@@ -243,14 +257,17 @@ std::string page_header(const ReportData& data) {
   const analysis::Comparison& cmp = data.comparison;
   return "<header class=\"page\"><h1>xrun report</h1><dl class=\"meta\">" +
          meta("Store", data.store_path) + meta("Generated", data.generated_at) +
-         meta("Runs", std::to_string(data.runs.size()) + " (" + std::to_string(complete) + " complete)") +
-         meta("Experiments", experiments_text(data)) +
-         meta("Filters", filters_text(data.options)) +
-         meta("Speedup", "by " + cmp.by + (cmp.baseline.empty() ? "" : ", baseline " + cmp.baseline)) +
+         meta("Runs",
+              std::to_string(data.runs.size()) + " (" + std::to_string(complete) + " complete)") +
+         meta("Experiments", experiments_text(data)) + meta("Filters", filters_text(data.options)) +
+         meta("Speedup",
+              "by " + cmp.by + (cmp.baseline.empty() ? "" : ", baseline " + cmp.baseline)) +
          "</dl></header>";
 }
 
-std::string row(const std::string& a, const std::string& b) { return "<div class=\"row\">" + a + b + "</div>"; }
+std::string row(const std::string& a, const std::string& b) {
+  return "<div class=\"row\">" + a + b + "</div>";
+}
 
 }  // namespace
 
@@ -260,10 +277,9 @@ std::string render_report(const ReportData& data) {
          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>" +
          "<title>xrun report: " + escape(data.store_path) + "</title><style>" + page_css() +
          chart_css() + "</style></head><body><main>" + page_header(data) + runs(data) +
-         row(throughput(data), speedup(data)) + training(data) +
-         step_times(data) + phases(data) + kernels(data) + environment(data) +
-         "<footer>Written by xrun report from " + escape(data.store_path) +
-         ".</footer></main></body></html>\n";
+         row(throughput(data), speedup(data)) + training(data) + step_times(data) + phases(data) +
+         kernels(data) + environment(data) + "<footer>Written by xrun report from " +
+         escape(data.store_path) + ".</footer></main></body></html>\n";
 }
 
 void write_file_atomically(const std::string& path, const std::string& html) {

@@ -75,7 +75,8 @@ std::string throughput(const ReportData& data) {
   bool sweep = false;
   for (const auto& [key, runs] : by_series) {
     Series s{series_name(key), c.series.size(), {}};
-    for (const auto& [batch, at_batch] : runs) s.points.push_back(throughput_point(s.name, batch, at_batch));
+    for (const auto& [batch, at_batch] : runs)
+      s.points.push_back(throughput_point(s.name, batch, at_batch));
     sweep = sweep || s.points.size() > 1;
     c.series.push_back(std::move(s));
   }
@@ -84,8 +85,8 @@ std::string throughput(const ReportData& data) {
                                    : "No batch-size sweep in these runs: each device and precision "
                                      "ran one batch size (the runs table has their throughput).";
   c.note = "One line per device and precision; several runs at one point are averaged.";
-  return card("throughput", "Throughput", "Images per second over the measured steps of complete runs.",
-              render_line_chart(c));
+  return card("throughput", "Throughput",
+              "Images per second over the measured steps of complete runs.", render_line_chart(c));
 }
 
 // --- Speedup against the baseline -------------------------------------------------------
@@ -128,8 +129,8 @@ Bar speedup_bar(const analysis::Comparison& cmp, const analysis::CompareGroup& g
   b.tip = value + " vs " + compared_value(cmp.by, base.value) +
           (settings.empty() ? "" : " (" + settings + ")") + ": " + short_number(cell.ratio) +
           "× (95% interval " + short_number(cell.ratio_lo) + "–" + short_number(cell.ratio_hi) +
-          "), " + short_number(cell.throughput) + " vs " + short_number(base.throughput) + " img/s" +
-          (cell.interval_includes_one ? "; no clear difference" : "");
+          "), " + short_number(cell.throughput) + " vs " + short_number(base.throughput) +
+          " img/s" + (cell.interval_includes_one ? "; no clear difference" : "");
   return b;
 }
 
@@ -137,7 +138,8 @@ std::vector<LegendEntry> speedup_legend(const analysis::Comparison& cmp) {
   std::vector<LegendEntry> legend;
   for (size_t v = 0; v < cmp.values.size(); ++v)
     if (cmp.values[v] != cmp.baseline) legend.push_back({compared_value(cmp.by, cmp.values[v]), v});
-  legend.push_back({"95% interval includes 1 (no clear difference)", 7, LegendEntry::Kind::muted_box});
+  legend.push_back(
+      {"95% interval includes 1 (no clear difference)", 7, LegendEntry::Kind::muted_box});
   legend.push_back({"baseline " + compared_value(cmp.by, cmp.baseline) + " = 1", 0,
                     LegendEntry::Kind::reference});
   return legend;
@@ -155,16 +157,20 @@ std::string speedup(const ReportData& data) {
     const analysis::CompareCell* base = baseline_cell(g);
     if (base == nullptr) continue;
     for (const analysis::CompareCell& cell : g.cells)
-      if (!cell.is_baseline) c.bars.push_back(speedup_bar(cmp, g, cell, *base));
+      if (!cell.is_baseline && std::isfinite(cell.ratio))
+        c.bars.push_back(speedup_bar(cmp, g, cell, *base));
   }
   c.legend = speedup_legend(cmp);
   c.note = "Error bars: 95% bootstrap interval of the ratio, from the measured step times.";
   if (!cmp.unmatched.empty())
-    c.note += " Not compared: " + plural(cmp.unmatched.size(), "complete run") + " without a counterpart.";
-  c.empty_text = "No runs to compare by " + cmp.by + ": no two complete runs differ in " + cmp.by +
-                 " alone. Choose the key with --by (label, device or a setting such as train.precision).";
+    c.note += " Not compared: " + plural(cmp.unmatched.size(), "complete run") +
+              " without a counterpart.";
+  c.empty_text =
+      "No runs to compare by " + cmp.by + ": no two complete runs differ in " + cmp.by +
+      " alone. Choose the key with --by (label, device or a setting such as train.precision).";
   return card("speedup", "Speedup",
-              "Throughput against the baseline run with the same settings; pale bars are not clearly faster or slower.",
+              "Throughput against the baseline run with the same settings; pale bars are not "
+              "clearly faster or slower.",
               render_bar_chart(c));
 }
 
@@ -234,7 +240,8 @@ std::string training(const ReportData& data) {
   }
   if (thinned) loss.note = "Long runs are drawn as means of consecutive steps.";
   return card("training", "Training",
-              "Loss of the measured and unmeasured steps (warmup left out) and top-1 test accuracy at each epoch's end.",
+              "Loss of the measured and unmeasured steps (warmup left out) and top-1 test accuracy "
+              "at each epoch's end.",
               "<div class=\"grid two\">" + render_line_chart(loss) + render_line_chart(accuracy) +
                   "</div>" + render_legend(legend));
 }
@@ -258,9 +265,11 @@ std::string step_times(const ReportData& data) {
   }
   std::string body = figures.empty() ? "<p class=\"empty\">No measured steps in these runs.</p>"
                                      : grid(figures, "grid three");
-  if (!figures.empty() && !without.empty()) body += note("No measured steps: " + run_ids(without) + ".");
+  if (!figures.empty() && !without.empty())
+    body += note("No measured steps: " + run_ids(without) + ".");
   return card("step-times", "Step time distribution",
-              "Wall time of each measured step (warmup left out); the dashed line is the median.", body);
+              "Wall time of each measured step (warmup left out); the dashed line is the median.",
+              body);
 }
 
 // --- Phases and kernels -----------------------------------------------------------------------
@@ -269,8 +278,8 @@ namespace {
 
 // Every phase of the phases and kernels tables, in the order a step runs them.
 std::vector<std::string> phase_keys(const ReportData& data) {
-  std::vector<std::string> keys = {"data_wait", "h2d", "forward", "backward", "optimizer",
-                                   "graph", "eval", "checkpoint"};
+  std::vector<std::string> keys = {"data_wait", "h2d",   "forward", "backward",
+                                   "optimizer", "graph", "eval",    "checkpoint"};
   std::set<std::string> seen;
   for (const ReportRun& r : data.runs) {
     for (const PhaseRecord& p : r.detail.phases) seen.insert(p.phase);
@@ -322,8 +331,10 @@ std::string phases(const ReportData& data) {
     c.bars.push_back(phase_bar(r, c.keys, false));
     if (has_gpu_times(r)) c.bars.push_back(phase_bar(r, c.keys, true));
   }
-  c.note = "Host wall time summed over the measured steps (eval and checkpoint over the whole run); "
-           "\"GPU\" bars: device time.";
+  c.note = "Host wall time summed over the measured steps (eval and checkpoint over the whole run)";
+  c.note += std::any_of(data.runs.begin(), data.runs.end(), has_gpu_times)
+                ? "; \"GPU\" bars: device time."
+                : ".";
   c.empty_text = "No phase times stored in these runs.";
   return card("phases", "Phase breakdown", "Where each run's time goes, phase by phase.",
               render_stacked_bars(c));
@@ -348,19 +359,22 @@ std::string kernel_chart(const ReportRun& r, const std::vector<std::string>& key
     const std::string phase = k.phase.empty() ? "other" : k.phase;
     const double share = total > 0 ? 100.0 * k.total_ms / total : 0;
     // The colour tells the phase; the label says it only for a name shown twice.
-    const bool repeated = std::count_if(top.begin(), top.end(),
-                                        [&](const KernelRecord& o) { return o.name == k.name; }) > 1;
+    const bool repeated = std::count_if(top.begin(), top.end(), [&](const KernelRecord& o) {
+                            return o.name == k.name;
+                          }) > 1;
     Bar b;
     b.label = repeated ? k.name + " (" + phase + ")" : k.name;
     b.value = k.total_ms;
     b.style = key_index(keys, phase);
     b.value_text = short_number(k.total_ms) + " ms · " + short_number(share) + "%";
     b.tip = k.name + " " + phase + ": " + short_number(k.total_ms) + " ms over " +
-            plural(static_cast<size_t>(k.calls), "call") + " (" + short_number(share) + "% of the run's kernel time)";
+            plural(static_cast<size_t>(k.calls), "call") + " (" + short_number(share) +
+            "% of the run's kernel time)";
     c.bars.push_back(std::move(b));
   }
   if (r.detail.kernels.size() > kTopKernels)
-    c.note = "Top " + std::to_string(kTopKernels) + " of " + std::to_string(r.detail.kernels.size()) + ".";
+    c.note = "Top " + std::to_string(kTopKernels) + " of " +
+             std::to_string(r.detail.kernels.size()) + ".";
   return render_bar_chart(c);
 }
 
@@ -368,7 +382,8 @@ std::string kernel_chart(const ReportRun& r, const std::vector<std::string>& key
 std::string kernel_legend(const ReportData& data, const std::vector<std::string>& keys) {
   std::set<size_t> shown;
   for (const ReportRun& r : data.runs)
-    for (const KernelRecord& k : r.detail.kernels) shown.insert(key_index(keys, k.phase.empty() ? "other" : k.phase));
+    for (const KernelRecord& k : r.detail.kernels)
+      shown.insert(key_index(keys, k.phase.empty() ? "other" : k.phase));
   std::vector<LegendEntry> legend;
   for (size_t s : shown) legend.push_back({keys[s], s});
   return "<div class=\"section-legend\">" + render_legend(legend) + "</div>";
@@ -386,12 +401,16 @@ std::string kernels(const ReportData& data) {
     else
       figures.push_back(kernel_chart(r, keys));
   }
-  std::string body = figures.empty() ? "<p class=\"empty\">No kernel or layer times in these runs "
-                                       "(profile.layers = true times CPU layers; profile.cupti records GPU kernels).</p>"
-                                     : kernel_legend(data, keys) + grid(figures, "grid two");
-  if (!figures.empty() && !without.empty()) body += note("No kernel or layer times: " + run_ids(without) + ".");
+  std::string body =
+      figures.empty()
+          ? "<p class=\"empty\">No kernel or layer times in these runs "
+            "(profile.layers = true times CPU layers; profile.cupti records GPU kernels).</p>"
+          : kernel_legend(data, keys) + grid(figures, "grid two");
+  if (!figures.empty() && !without.empty())
+    body += note("No kernel or layer times: " + run_ids(without) + ".");
   return card("kernels", "Top kernels and layers",
-              "The kernels (GPU) or layers (CPU) that took the most time over the measured steps, coloured by phase.",
+              "The kernels (GPU) or layers (CPU) that took the most time over the measured steps, "
+              "coloured by phase.",
               body);
 }
 

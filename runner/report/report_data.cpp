@@ -8,10 +8,8 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
-
 #include <nlohmann/json.hpp>
-
+#include <set>
 
 namespace xrun::report {
 
@@ -50,7 +48,7 @@ struct Dimension {
 // device_name, the label by the label column, the rest are paths and prose.
 bool naming_setting(const std::string& key) {
   static const std::set<std::string> skipped = {"train.device", "store.label", "store.path",
-                                                "data.path", "description", "name"};
+                                                "data.path",    "description", "name"};
   return !skipped.contains(key);
 }
 
@@ -111,8 +109,8 @@ void name_runs(std::vector<ReportRun>& runs) {
   std::vector<Dimension> chosen;
   for (Dimension& d : dimensions(runs)) {
     if (chosen.size() == kMaxParts || !varies(d)) continue;
-    const bool redundant =
-        std::any_of(chosen.begin(), chosen.end(), [&](const Dimension& c) { return mirrors(c, d); });
+    const bool redundant = std::any_of(chosen.begin(), chosen.end(),
+                                       [&](const Dimension& c) { return mirrors(c, d); });
     if (!redundant) chosen.push_back(std::move(d));
   }
   for (size_t i = 0; i < runs.size(); ++i) {

@@ -10,12 +10,12 @@
 namespace xrun::report::sections {
 
 // Charts (report_charts.cpp).
-std::string throughput(const ReportData& data);   // id "throughput"
-std::string speedup(const ReportData& data);      // id "speedup"
-std::string training(const ReportData& data);     // id "training": loss and accuracy
-std::string step_times(const ReportData& data);   // id "step-times"
-std::string phases(const ReportData& data);       // id "phases"
-std::string kernels(const ReportData& data);      // id "kernels"
+std::string throughput(const ReportData& data);  // id "throughput"
+std::string speedup(const ReportData& data);     // id "speedup"
+std::string training(const ReportData& data);    // id "training": loss and accuracy
+std::string step_times(const ReportData& data);  // id "step-times"
+std::string phases(const ReportData& data);      // id "phases"
+std::string kernels(const ReportData& data);     // id "kernels"
 
 // Tables (report.cpp).
 std::string runs(const ReportData& data);         // id "runs"

@@ -17,12 +17,23 @@ std::string escape(std::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -122,7 +133,10 @@ Ticks nice_ticks(double lo, double hi, int target, bool include_zero, bool integ
 }
 
 Scale::Scale(double d0, double d1, double r0, double r1, bool log2)
-    : d0_(log2 ? std::log2(d0) : d0), d1_(log2 ? std::log2(d1) : d1), r0_(r0), r1_(r1),
+    : d0_(log2 ? std::log2(d0) : d0),
+      d1_(log2 ? std::log2(d1) : d1),
+      r0_(r0),
+      r1_(r1),
       log2_(log2) {}
 
 double Scale::operator()(double v) const {
@@ -134,9 +148,9 @@ double Scale::operator()(double v) const {
 // --- Styles and legends ----------------------------------------------------------
 
 const std::vector<std::string>& palette() {
-  static const std::vector<std::string> colors = {
-      "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-      "#8c564b", "#e377c2", "#7f7f7f", "#17becf", "#bcbd22"};
+  static const std::vector<std::string> colors = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                                  "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                                                  "#17becf", "#bcbd22"};
   return colors;
 }
 
@@ -216,8 +230,8 @@ std::string text(double x, double y, const std::string& s, const std::string& cl
 }
 
 std::string line(double x1, double y1, double x2, double y2, const std::string& cls) {
-  return "<line class=\"" + cls + "\" x1=\"" + px(x1) + "\" y1=\"" + px(y1) + "\" x2=\"" +
-         px(x2) + "\" y2=\"" + px(y2) + "\"/>";
+  return "<line class=\"" + cls + "\" x1=\"" + px(x1) + "\" y1=\"" + px(y1) + "\" x2=\"" + px(x2) +
+         "\" y2=\"" + px(y2) + "\"/>";
 }
 
 std::string tooltip(const std::string& tip) { return "<title>" + escape(tip) + "</title>"; }
@@ -320,7 +334,9 @@ struct Rows {
   double height = 0, row = 26, thickness = 16;
   std::vector<std::string> labels;
   Ticks ticks;
-  double top(size_t i) const { return plot.top + row * static_cast<double>(i) + (row - thickness) / 2; }
+  double top(size_t i) const {
+    return plot.top + row * static_cast<double>(i) + (row - thickness) / 2;
+  }
   double middle(size_t i) const { return top(i) + thickness / 2; }
 };
 
@@ -389,8 +405,7 @@ std::string bar_rect(const Bar& b, double x, double y, double w, double h) {
   const std::string color = style_color(b.style);
   std::string out = "<rect class=\"mark bar\" x=\"" + px(x) + "\" y=\"" + px(y) + "\" width=\"" +
                     px(w) + "\" height=\"" + px(h) + "\" fill=\"" + color + "\"";
-  if (b.muted)
-    out += " fill-opacity=\"0.3\" stroke=\"" + color + "\" stroke-dasharray=\"4 2\"";
+  if (b.muted) out += " fill-opacity=\"0.3\" stroke=\"" + color + "\" stroke-dasharray=\"4 2\"";
   const std::string tip = b.tip.empty() ? b.label + ": " + short_number(b.value) : b.tip;
   return out + ">" + tooltip(tip) + "</rect>";
 }
@@ -460,10 +475,9 @@ std::string segments(const StackedBarChart& c, const StackedBar& b, const Scale&
     if (!std::isfinite(v) || v <= 0) continue;
     const std::string tip =
         k < b.tips.size() && !b.tips[k].empty() ? b.tips[k] : c.keys[k] + ": " + short_number(v);
-    out += "<rect class=\"mark segment\" data-key=\"" + escape(c.keys[k]) + "\" x=\"" +
-           px(sx(at)) + "\" y=\"" + px(top) + "\" width=\"" + px(sx(at + v) - sx(at)) +
-           "\" height=\"" + px(h) + "\" fill=\"" + style_color(key_style(c, k)) + "\">" +
-           tooltip(tip) + "</rect>";
+    out += "<rect class=\"mark segment\" data-key=\"" + escape(c.keys[k]) + "\" x=\"" + px(sx(at)) +
+           "\" y=\"" + px(top) + "\" width=\"" + px(sx(at + v) - sx(at)) + "\" height=\"" + px(h) +
+           "\" fill=\"" + style_color(key_style(c, k)) + "\">" + tooltip(tip) + "</rect>";
     at += v;
   }
   return out;
@@ -535,8 +549,8 @@ std::string render_histogram(const Histogram& c) {
   const Ticks bins = nice_ticks(*lo, *hi, target);
   const std::vector<int64_t> counts = bin_counts(values, bins);
   const Ticks xt = label_ticks(bins);
-  const Ticks yt =
-      nice_ticks(0, static_cast<double>(*std::max_element(counts.begin(), counts.end())), 4, true, true);
+  const Ticks yt = nice_ticks(
+      0, static_cast<double>(*std::max_element(counts.begin(), counts.end())), 4, true, true);
   const auto ylabels = tick_labels(yt, false);
   const Plot p{widest(ylabels, 12) + 34, 22, c.width - 14.0, c.height - 46.0};
   const Scale sx(bins.lo, bins.hi, p.left, p.right), sy(yt.lo, yt.hi, p.bottom, p.top);

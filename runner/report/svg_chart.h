@@ -78,11 +78,11 @@ std::string render_legend(const std::vector<LegendEntry>& entries);
 // --- Charts -----------------------------------------------------------------------
 
 struct Axis {
-  std::string label;             // with its unit: "batch size (images)"
-  bool log2 = false;             // log2 axis (positive values only)
-  std::vector<double> ticks;     // explicit tick values; empty = nice ticks
+  std::string label;          // with its unit: "batch size (images)"
+  bool log2 = false;          // log2 axis (positive values only)
+  std::vector<double> ticks;  // explicit tick values; empty = nice ticks
   bool include_zero = false;
-  bool integer = false;          // integer tick steps
+  bool integer = false;  // integer tick steps
 };
 
 struct Point {
@@ -99,11 +99,11 @@ struct Series {
 struct LineChart {
   std::string title;
   Axis x, y;
-  std::vector<Series> series;     // series without points are left out
-  bool markers = true;            // a circle on every point
-  bool legend = true;             // false: the caller shows one legend for several charts
-  std::string note;               // a line of text under the chart
-  std::string empty_text;         // shown when no series has a point
+  std::vector<Series> series;  // series without points are left out
+  bool markers = true;         // a circle on every point
+  bool legend = true;          // false: the caller shows one legend for several charts
+  std::string note;            // a line of text under the chart
+  std::string empty_text;      // shown when no series has a point
   int width = 560, height = 330;
 };
 std::string render_line_chart(const LineChart& chart);
@@ -112,23 +112,23 @@ std::string render_line_chart(const LineChart& chart);
 struct Bar {
   std::string label;
   double value = 0;
-  double lo = kNaN, hi = kNaN;    // error bar; NaN = none
+  double lo = kNaN, hi = kNaN;  // error bar; NaN = none
   size_t style = 0;
-  bool muted = false;             // drawn pale with a dashed outline
-  std::string value_text;         // printed after the bar; "" = short_number(value)
+  bool muted = false;      // drawn pale with a dashed outline
+  std::string value_text;  // printed after the bar; "" = short_number(value)
   std::string tip;
 };
 
 struct BarChart {
   std::string title;
-  std::string value_label;        // the value axis, with its unit
+  std::string value_label;  // the value axis, with its unit
   std::vector<Bar> bars;
-  double reference = kNaN;        // a vertical line (1.0 for ratios); NaN = none
+  double reference = kNaN;  // a vertical line (1.0 for ratios); NaN = none
   std::vector<LegendEntry> legend;
   std::string note;
   std::string empty_text;
   int width = 560;
-  double row_height = 26;         // pixels per bar
+  double row_height = 26;  // pixels per bar
 };
 std::string render_bar_chart(const BarChart& chart);
 
@@ -142,7 +142,7 @@ struct StackedBar {
 struct StackedBarChart {
   std::string title;
   std::string value_label;
-  std::string value_unit;          // after each bar's total: " ms"
+  std::string value_unit;  // after each bar's total: " ms"
   std::vector<std::string> keys;
   std::vector<size_t> key_styles;  // style of each key; empty = key index
   std::vector<StackedBar> bars;
@@ -156,7 +156,7 @@ std::string render_stacked_bars(const StackedBarChart& chart);
 struct Histogram {
   std::string title;
   std::string x_label;
-  std::vector<double> values;     // non-finite values are left out
+  std::vector<double> values;  // non-finite values are left out
   size_t style = 0;
   std::string empty_text;
   int width = 340, height = 210;

@@ -51,7 +51,8 @@ inline std::string markup_problem(const std::string& html) {
     while (n < tag.size() && std::isalnum(static_cast<unsigned char>(tag[n]))) ++n;
     const std::string name = tag.substr(closing ? 1 : 0, n - (closing ? 1 : 0));
     if (name.empty()) return "a '<' in text" + context_at(html, i);
-    if (std::count(tag.begin(), tag.end(), '"') % 2 != 0) return "unbalanced quotes" + context_at(html, i);
+    if (std::count(tag.begin(), tag.end(), '"') % 2 != 0)
+      return "unbalanced quotes" + context_at(html, i);
     if (closing) {
       if (open.empty() || open.back() != name)
         return "</" + name + "> closes <" + (open.empty() ? "nothing" : open.back()) + ">" +
@@ -71,7 +72,8 @@ inline std::string markup_problem(const std::string& html) {
 
 inline size_t count(const std::string& text, const std::string& part) {
   size_t n = 0;
-  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + part.size())) ++n;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + part.size()))
+    ++n;
   return n;
 }
 

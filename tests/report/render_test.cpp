@@ -2,9 +2,9 @@
 // headless Chromium loads it without console errors and paints a screenshot
 // that is not blank and shows the charts' palette colours. Skipped, with a
 // warning, where Chromium is not installed (CI installs Debian's chromium).
-#include <catch2/catch.hpp>
 #include <zlib.h>
 
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <set>
 #include <sstream>
@@ -55,8 +55,10 @@ struct Image {
 };
 
 uint32_t be32(const std::string& s, size_t at) {
-  return (uint32_t{static_cast<uint8_t>(s[at])} << 24) | (uint32_t{static_cast<uint8_t>(s[at + 1])} << 16) |
-         (uint32_t{static_cast<uint8_t>(s[at + 2])} << 8) | uint32_t{static_cast<uint8_t>(s[at + 3])};
+  return (uint32_t{static_cast<uint8_t>(s[at])} << 24) |
+         (uint32_t{static_cast<uint8_t>(s[at + 1])} << 16) |
+         (uint32_t{static_cast<uint8_t>(s[at + 2])} << 8) |
+         uint32_t{static_cast<uint8_t>(s[at + 3])};
 }
 
 uint8_t paeth(int a, int b, int c) {
@@ -74,9 +76,13 @@ void unfilter(const std::vector<uint8_t>& raw, Image& img) {
     uint8_t* out = &img.pixels[y * stride];
     const uint8_t* up = y > 0 ? out - stride : nullptr;
     for (size_t x = 0; x < stride; ++x) {
-      const int a = x >= bpp ? out[x - bpp] : 0, b = up ? up[x] : 0, c = up && x >= bpp ? up[x - bpp] : 0;
-      const int predictor = filter == 1 ? a : filter == 2 ? b : filter == 3 ? (a + b) / 2
-                          : filter == 4 ? paeth(a, b, c) : 0;
+      const int a = x >= bpp ? out[x - bpp] : 0, b = up ? up[x] : 0,
+                c = up && x >= bpp ? up[x - bpp] : 0;
+      const int predictor = filter == 1   ? a
+                            : filter == 2 ? b
+                            : filter == 3 ? (a + b) / 2
+                            : filter == 4 ? paeth(a, b, c)
+                                          : 0;
       out[x] = static_cast<uint8_t>(in[x] + predictor);
     }
   }
@@ -102,7 +108,8 @@ Image decode_png(const std::string& png) {
   }
   std::vector<uint8_t> raw((img.width * img.channels + 1) * img.height);
   uLongf size = raw.size();
-  if (uncompress(raw.data(), &size, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) != Z_OK ||
+  if (uncompress(raw.data(), &size, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) !=
+          Z_OK ||
       size != raw.size())
     throw std::runtime_error("corrupt PNG image data");
   unfilter(raw, img);
@@ -114,11 +121,14 @@ uint32_t rgb(const Image& img, size_t pixel) {
   return (uint32_t{p[0]} << 16) | (uint32_t{p[1]} << 8) | p[2];
 }
 
-uint32_t hex_color(const std::string& hex) { return static_cast<uint32_t>(std::stoul(hex.substr(1), nullptr, 16)); }
+uint32_t hex_color(const std::string& hex) {
+  return static_cast<uint32_t>(std::stoul(hex.substr(1), nullptr, 16));
+}
 
 }  // namespace
 
-TEST_CASE("headless Chromium renders the report: no console errors, charts painted", "[report][render]") {
+TEST_CASE("headless Chromium renders the report: no console errors, charts painted",
+          "[report][render]") {
   const std::string browser = chromium();
   if (browser.empty()) {
     WARN("skipped: chromium not installed");
@@ -134,8 +144,8 @@ TEST_CASE("headless Chromium renders the report: no console errors, charts paint
   report_test::build_store(dir.file("sweep.db"));
   xrun::store::Store db(dir.file("sweep.db"));
   const std::string html_path = dir.file("report.html");
-  xrun::report::write_file_atomically(html_path,
-                                      xrun::report::render_report(xrun::report::gather_report(db, {})));
+  xrun::report::write_file_atomically(
+      html_path, xrun::report::render_report(xrun::report::gather_report(db, {})));
   const std::string png_path = dir.file("report.png");
   const std::string console = screenshot(browser, dir, html_path, png_path);
   CHECK(console == "");
@@ -151,9 +161,10 @@ TEST_CASE("headless Chromium renders the report: no console errors, charts paint
     colors.insert(c);
     painted += c != background;
   }
-  CHECK(colors.size() > 50);                                  // text, lines, fills
-  CHECK(painted > size_t{img.width} * img.height / 10);       // cards on the background
+  CHECK(colors.size() > 50);                             // text, lines, fills
+  CHECK(painted > size_t{img.width} * img.height / 10);  // cards on the background
   size_t palette_seen = 0;
-  for (const std::string& hex : xrun::report::palette()) palette_seen += colors.count(hex_color(hex));
+  for (const std::string& hex : xrun::report::palette())
+    palette_seen += colors.count(hex_color(hex));
   CHECK(palette_seen >= 6);  // the runs' and series' colours, as filled marks
 }

@@ -2,8 +2,9 @@
 // two precisions, three batch sizes): balanced markup, nothing fetched,
 // every chart's data marks match what the store holds, text escaped, and
 // charts with nothing to show saying so.
-#include <catch2/catch.hpp>
+#include "runner/report/report.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -11,7 +12,6 @@
 #include "html_check.h"
 #include "report_test_util.h"
 #include "runner/compare.h"
-#include "runner/report/report.h"
 
 using namespace xrun;
 using namespace xrun::report;
@@ -95,7 +95,8 @@ TEST_CASE("every chart's data marks match what the store holds", "[report]") {
   CHECK(attribute_values(throughput, "class=\"mark line\"", "data-points") ==
         std::vector<long>(series, batches));
   CHECK(count(throughput, "class=\"mark point\"") == series * static_cast<size_t>(batches));
-  for (const char* name : {"RTX 4090 D · fp16", "RTX 4090 D · fp32", "RTX 3090 · fp16", "RTX 3090 · fp32"})
+  for (const char* name :
+       {"RTX 4090 D · fp16", "RTX 4090 D · fp32", "RTX 3090 · fp16", "RTX 3090 · fp32"})
     CHECK(count(throughput, name) >= 1);
 
   // Loss and accuracy: a line per run, every loss read back (warmup and NaN
@@ -103,7 +104,8 @@ TEST_CASE("every chart's data marks match what the store holds", "[report]") {
   const std::string training = section(html, "training");
   const std::string loss = figure(training, "Training loss by step");
   CHECK(count(loss, "class=\"mark line\"") == runs);
-  CHECK(sum(attribute_values(loss, "class=\"mark line\"", "data-points")) == static_cast<long>(h.loss_points));
+  CHECK(sum(attribute_values(loss, "class=\"mark line\"", "data-points")) ==
+        static_cast<long>(h.loss_points));
   const std::string accuracy = figure(training, "Test accuracy by epoch");
   CHECK(count(accuracy, "class=\"mark line\"") == runs);
   CHECK(count(accuracy, "class=\"mark point\"") == h.accuracy_points);
@@ -112,7 +114,8 @@ TEST_CASE("every chart's data marks match what the store holds", "[report]") {
   // Step times: a histogram per run whose bins hold every measured step.
   const std::string steps = section(html, "step-times");
   CHECK(count(steps, "<figure") == runs);
-  CHECK(sum(attribute_values(steps, "class=\"mark bin\"", "data-count")) == static_cast<long>(h.measured_steps));
+  CHECK(sum(attribute_values(steps, "class=\"mark bin\"", "data-count")) ==
+        static_cast<long>(h.measured_steps));
 
   // Phases: a host bar per run and a device bar per profiled run.
   const std::string phases = section(html, "phases");
@@ -160,7 +163,7 @@ TEST_CASE("speedup bars: one per compared cell, pale where the interval includes
   const std::string by_device = section(render(db, by_device_options), "speedup");
   CHECK(count(by_device, "<figcaption>Speedup over RTX 3090 (by device)</figcaption>") == 1);
   CHECK(count(by_device, ">batch_size=256 · fp16</text>") == 1);  // the bar, by its settings
-  CHECK(count(by_device, "</svg>RTX 4090 D</li>") == 1);             // the legend names the card
+  CHECK(count(by_device, "</svg>RTX 4090 D</li>") == 1);          // the legend names the card
 }
 
 TEST_CASE("charts with nothing to show say so in text", "[report]") {
@@ -235,4 +238,29 @@ TEST_CASE("the report file is written whole or not at all", "[report]") {
   CHECK_FALSE(std::filesystem::exists(dir.file("r.html.tmp")));
   CHECK_THROWS_WITH(write_file_atomically(dir.file("missing/r.html"), "x"),
                     Catch::Matchers::Contains("missing/r.html"));
+}
+
+TEST_CASE("a long run's loss curve is drawn from means of consecutive steps", "[report]") {
+  store_test::TempDir dir;
+  const std::string path = dir.file("long.db");
+  {
+    store::Store db(path);
+    const std::string uuid = db.begin_run(store_test::make_run("fp32", 32, "long"));
+    std::vector<StepRecord> steps(4000);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      steps[i].step = static_cast<int64_t>(i);
+      steps[i].step_ms = 10;
+      steps[i].loss = 2.0 - 0.0004 * static_cast<double>(i);
+      steps[i].images = 32;
+    }
+    db.write_steps(uuid, steps);
+    db.finish_run(uuid, store::RunStatus::interrupted, {});
+  }
+  store::Store db(path);
+  const std::string loss = figure(section(render(db), "training"), "Training loss by step");
+  const std::vector<long> points = attribute_values(loss, "class=\"mark line\"", "data-points");
+  REQUIRE(points.size() == 1);
+  CHECK(points[0] <= 1500);
+  CHECK(points[0] >= 1000);
+  CHECK(count(loss, "means of consecutive steps") == 1);
 }

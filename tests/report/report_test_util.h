@@ -20,14 +20,15 @@ namespace report_test {
 
 struct Machine {
   std::string label, device_name, host, compute_capability, sm_count, memory_bytes;
-  double speed;  // relative to the 4090 D
-  bool profiled; // device time per phase (CUPTI)
+  double speed;   // relative to the 4090 D
+  bool profiled;  // device time per phase (CUPTI)
 };
 
 inline const std::vector<Machine>& machines() {
-  static const std::vector<Machine> list = {
-      {"4090D-box", "NVIDIA GeForce RTX 4090 D", "box-4090d", "8.9", "114", "25757220864", 1.0, true},
-      {"3090 <lab&co>", "NVIDIA GeForce RTX 3090", "box-3090", "8.6", "82", "25438126080", 0.62, false}};
+  static const std::vector<Machine> list = {{"4090D-box", "NVIDIA GeForce RTX 4090 D", "box-4090d",
+                                             "8.9", "114", "25757220864", 1.0, true},
+                                            {"3090 <lab&co>", "NVIDIA GeForce RTX 3090", "box-3090",
+                                             "8.6", "82", "25438126080", 0.62, false}};
   return list;
 }
 inline const std::vector<std::string>& precisions() {
@@ -70,9 +71,9 @@ inline std::vector<xrun::StepRecord> make_steps(double step_ms, int batch, Jitte
     xrun::StepRecord s;
     s.step = i;
     s.epoch = i * kEpochs / total;
-    s.kind = i < kWarmup ? xrun::StepKind::warmup
-                         : i < kWarmup + kMeasured ? xrun::StepKind::measured
-                                                   : xrun::StepKind::unmeasured;
+    s.kind = i < kWarmup               ? xrun::StepKind::warmup
+             : i < kWarmup + kMeasured ? xrun::StepKind::measured
+                                       : xrun::StepKind::unmeasured;
     const double spread = 0.025 * (jitter.next() + jitter.next() + jitter.next());
     s.step_ms = step_ms * (i < kWarmup ? 3.0 : 1.0 + spread);
     s.data_wait_ms = 0.02 * s.step_ms;
@@ -111,8 +112,11 @@ inline xrun::RunSummary summarize(const std::vector<xrun::StepRecord>& steps,
 }
 
 inline std::vector<xrun::PhaseRecord> make_phases(double step_ms, bool profiled) {
-  const std::vector<std::pair<const char*, double>> shares = {
-      {"data_wait", 0.02}, {"h2d", 0.04}, {"forward", 0.3}, {"backward", 0.56}, {"optimizer", 0.08}};
+  const std::vector<std::pair<const char*, double>> shares = {{"data_wait", 0.02},
+                                                              {"h2d", 0.04},
+                                                              {"forward", 0.3},
+                                                              {"backward", 0.56},
+                                                              {"optimizer", 0.08}};
   std::vector<xrun::PhaseRecord> phases;
   for (const auto& [phase, share] : shares) {
     const double host = share * step_ms * kMeasured;
@@ -125,9 +129,12 @@ inline std::vector<xrun::PhaseRecord> make_phases(double step_ms, bool profiled)
 
 inline std::vector<xrun::KernelRecord> make_kernels(double step_ms) {
   const std::vector<std::pair<std::string, const char*>> names = {
-      {"sm86_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x32", "forward"},
-      {"sm86_xmma_dgrad_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize64x64x32", "backward"},
-      {"sm86_xmma_wgrad_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x64x32", "backward"},
+      {"sm86_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x32",
+       "forward"},
+      {"sm86_xmma_dgrad_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize64x64x32",
+       "backward"},
+      {"sm86_xmma_wgrad_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x64x32",
+       "backward"},
       {"cudnn::bn_fw_tr_1C11_kernel_NCHW", "forward"},
       {"cudnn::bn_bw_1C11_kernel_new", "backward"},
       {"xrun::relu_forward", "forward"},
@@ -144,7 +151,8 @@ inline std::vector<xrun::KernelRecord> make_kernels(double step_ms) {
   double share = 0.3;
   for (const auto& [name, phase] : names) {
     const double total = share * step_ms * kMeasured;
-    kernels.push_back({name, phase, kMeasured * 16, total, total / kMeasured / 20, total / kMeasured / 12});
+    kernels.push_back(
+        {name, phase, kMeasured * 16, total, total / kMeasured / 20, total / kMeasured / 12});
     share *= 0.72;
   }
   return kernels;
@@ -202,8 +210,8 @@ inline std::vector<std::string> build_store(const std::string& path) {
         for (int batch : batch_sizes()) uuids.push_back(add_run(db, m, precision, batch, seed++));
   }
   for (const Machine& m : machines())
-    store_test::sql_exec(path, "UPDATE runs SET host = '" + m.host + "' WHERE label = '" +
-                                   m.label + "'");
+    store_test::sql_exec(path,
+                         "UPDATE runs SET host = '" + m.host + "' WHERE label = '" + m.label + "'");
   return uuids;
 }
 

@@ -1,13 +1,13 @@
 // tests/report/svg_chart_test.cpp: the chart module on its own: nice ticks
 // cover the data (and 0 for bars) in round steps, tick labels, scales,
 // escaping, and each chart's marks, legend, balanced markup and empty text.
-#include <catch2/catch.hpp>
+#include "runner/report/svg_chart.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <numeric>
 
 #include "html_check.h"
-#include "runner/report/svg_chart.h"
 
 using namespace xrun::report;
 using report_test::attribute_values;
@@ -39,7 +39,8 @@ void check_ticks(const Ticks& t, double lo, double hi) {
   CHECK(hi > t.hi - t.step);
 }
 
-Series series(const std::string& name, size_t style, const std::vector<std::pair<double, double>>& xy) {
+Series series(const std::string& name, size_t style,
+              const std::vector<std::pair<double, double>>& xy) {
   Series s;
   s.name = name;
   s.style = style;
@@ -63,15 +64,15 @@ Bar bar(const std::string& label, double value, double lo = NAN, double hi = NAN
 
 TEST_CASE("nice ticks cover the data range in round steps", "[report][ticks]") {
   const std::vector<std::pair<double, double>> ranges = {
-      {0.13, 0.87}, {3, 97}, {1234, 98765}, {-5, 12}, {0.0001, 0.00034}, {988.5, 1011.25},
-      {-300, -20}, {1, 2}};
+      {0.13, 0.87},      {3, 97},          {1234, 98765}, {-5, 12},
+      {0.0001, 0.00034}, {988.5, 1011.25}, {-300, -20},   {1, 2}};
   for (const auto& [lo, hi] : ranges) check_ticks(nice_ticks(lo, hi), lo, hi);
   // About as many intervals as asked for.
   CHECK(nice_ticks(0, 100, 5).values.size() == 6);
   CHECK(nice_ticks(0, 100, 10).values.size() == 11);
 }
 
-TEST_CASE("bar ticks include 0; integer ticks step by whole numbers", "[report][ticks]") {
+TEST_CASE("bar ticks include 0, integer ticks step by whole numbers", "[report][ticks]") {
   const Ticks up = nice_ticks(300, 900, 5, true);
   CHECK(up.lo == 0);
   CHECK(up.values.front() == 0);
@@ -84,7 +85,8 @@ TEST_CASE("bar ticks include 0; integer ticks step by whole numbers", "[report][
   for (double v : epochs.values) CHECK(v == std::round(v));
 }
 
-TEST_CASE("one value, nothing finite, reversed bounds: still ticks around the data", "[report][ticks]") {
+TEST_CASE("one value, nothing finite, reversed bounds: still ticks around the data",
+          "[report][ticks]") {
   const Ticks one = nice_ticks(2.5, 2.5);
   CHECK(one.lo < 2.5);
   CHECK(one.hi > 2.5);
@@ -167,8 +169,10 @@ TEST_CASE("a chart with nothing to draw says so instead of drawing a frame", "[r
   hist.values = {NAN};
   hist.empty_text = "No measured steps.";
   for (const auto& [html, text] : std::vector<std::pair<std::string, std::string>>{
-           {render_line_chart(line), line.empty_text}, {render_bar_chart(bars), bars.empty_text},
-           {render_stacked_bars(stacked), stacked.empty_text}, {render_histogram(hist), hist.empty_text}}) {
+           {render_line_chart(line), line.empty_text},
+           {render_bar_chart(bars), bars.empty_text},
+           {render_stacked_bars(stacked), stacked.empty_text},
+           {render_histogram(hist), hist.empty_text}}) {
     CHECK(count(html, "<svg") == 0);
     CHECK(count(html, "class=\"empty\"") == 1);
     CHECK(count(html, text) == 1);
@@ -181,7 +185,8 @@ TEST_CASE("bar chart: bars from 0, error bars, pale bars, reference line", "[rep
   c.title = "Speedup";
   c.value_label = "ratio";
   c.reference = 1;
-  c.bars = {bar("fast", 1.8, 1.7, 1.9, 0), bar("same", 1.01, 0.97, 1.05, 1, true), bar("plain", 0.6)};
+  c.bars = {bar("fast", 1.8, 1.7, 1.9, 0), bar("same", 1.01, 0.97, 1.05, 1, true),
+            bar("plain", 0.6)};
   c.legend = {{"fast", 0}, {"interval includes 1", 7, LegendEntry::Kind::muted_box}};
   const std::string html = render_bar_chart(c);
   CHECK(markup_problem(html) == "");
@@ -193,13 +198,14 @@ TEST_CASE("bar chart: bars from 0, error bars, pale bars, reference line", "[rep
   CHECK(count(html, ">1.80<") + count(html, ">1.8<") == 1);
 }
 
-TEST_CASE("long category labels are cut with an ellipsis; the tooltip keeps them whole", "[report][chart]") {
+TEST_CASE("long category labels are cut with an ellipsis, the tooltip keeps them whole",
+          "[report][chart]") {
   const std::string name(80, 'k');
   BarChart c;
   c.title = "Kernels";
   c.bars = {bar(name, 5.0)};
   const std::string html = render_bar_chart(c);
-  CHECK(count(html, "k…</text>") == 1);        // the drawn label, cut
+  CHECK(count(html, "k…</text>") == 1);  // the drawn label, cut
   CHECK(count(html, ">" + name + "</text>") == 0);
   CHECK(count(html, "<title>" + name) == 1);
 }
