@@ -177,6 +177,14 @@ struct BackendOptions {
   size_t conv_workspace_limit = size_t{1} << 30;     // bytes for any one convolution
 };
 
+// Training augmentation for load_batch: per sample crop_y, crop_x, flip
+// (3 int32 each, as data::AugmentDraw), applied where the flags say.
+struct BatchAugment {
+  bool random_crop = false;
+  bool hflip = false;
+  const int32_t* draws = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -229,9 +237,26 @@ class Backend {
   // Writes the labels of the next loss call (tests; training uses load_batch).
   virtual void write_labels(std::span<const int32_t> labels) = 0;
   // Writes a batch: uint8 NCHW images normalised with mean/std, and labels.
-  // Rows beyond `count` are zero.
+  // Rows beyond `count` are zero. With `augment` (only where
+  // augments_batches()), each sample is first cropped and flipped as its draw
+  // says (data::augment_sample's semantics), on the device.
   virtual void load_batch(const uint8_t* images, const int32_t* labels, int count,
-                          std::span<const float> mean, std::span<const float> std) = 0;
+                          std::span<const float> mean, std::span<const float> std,
+                          const BatchAugment* augment = nullptr) = 0;
+  // Whether load_batch applies a BatchAugment (the CUDA backend: the loader
+  // threads then only draw, and the pixels move on the GPU).
+  virtual bool augments_batches() const { return false; }
+  // Overlapped input (the CUDA backend): stage_batch starts copying a batch
+  // on its own stream and returns at once (the host memory must stay as it
+  // is until the synchronize() after the batch is consumed);
+  // consume_staged_batch then normalises it into the input, ordered after
+  // the copy on the device. The trainer stages step N+1's batch before step
+  // N's synchronisation, so the copy runs while the GPU computes.
+  // load_batch = stage + consume + wait for the copy.
+  virtual bool stages_batches() const { return false; }
+  virtual void stage_batch(const uint8_t* images, const int32_t* labels, int count,
+                           const BatchAugment* augment);
+  virtual void consume_staged_batch(std::span<const float> mean, std::span<const float> std);
   virtual void synchronize() = 0;
   // Host memory for batches; pinned (page-locked) where the device can copy
   // from it asynchronously. Default: 64-byte aligned memory.

@@ -50,6 +50,8 @@ data::LoaderOptions loader_options(const RunConfig& cfg, int batch, bool trainin
   o.drop_last = training;
   o.random_crop = training && cfg.data.random_crop;
   o.hflip = training && cfg.data.hflip;
+  // The CUDA backend crops and flips on the device: loader threads only draw.
+  o.augment_elsewhere = (o.random_crop || o.hflip) && backend.augments_batches();
   o.workers = cfg.data.workers;
   o.prefetch = cfg.data.prefetch;
   o.seed = cfg.train.seed;
@@ -350,6 +352,26 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
 
   const int accumulate = cfg.train.accumulate;
   LossScaler& scaler = run.scaler;
+  // Overlapped input (a backend that stages batches, pinned memory, one
+  // batch per step, room for two in the ring): step N+1's batch is taken and
+  // its copy issued before step N's synchronisation.
+  const bool overlap = run.backend->stages_batches() && cfg.data.pin_memory &&
+                       accumulate == 1 && cfg.data.prefetch >= 2;
+  const data::HostBatch* staged = nullptr;
+  auto augment_of = [&](const data::HostBatch* b) {
+    return BatchAugment{cfg.data.random_crop, cfg.data.hflip, b->draws};
+  };
+  auto stage = [&](const data::HostBatch* b) {
+    const BatchAugment augment = augment_of(b);
+    run.backend->stage_batch(b->images, b->labels, b->count, b->draws ? &augment : nullptr);
+  };
+  // The end of a step: the loss scaler's verdict (reading the inf flag waits
+  // for the GPU), the applied-step count, the synchronisation.
+  auto finish_step = [&](StepRecord& rec) {
+    if (scaler.enabled()) rec.skipped = !scaler.update(run.optimizer->found_inf());
+    if (!rec.skipped) ++run.optimizer_steps;
+    run.backend->synchronize();
+  };
   const bool sync_backend = run.backend->host_synchronous();
   std::vector<StepRecord> records;
   records.reserve(static_cast<size_t>(run.total_steps - start));
@@ -431,21 +453,36 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
     // scale, learning rate, step count) live on the device.
     const bool use_graph = cfg.train.cuda_graphs && rec.kind != StepKind::warmup;
     const auto t0 = Clock::now();
+    const data::HostBatch* in_use = nullptr;  // overlap: released after the step's sync
     for (int micro = 0; micro < accumulate; ++micro) {
-      const data::HostBatch* b;
-      double wait_ms = 0;
-      {
-        ScopedPhase p(run.phases, Phase::data_wait);
-        b = run.train_loader->next(&wait_ms);
+      const data::HostBatch* b = staged;  // overlap: its copy was issued last step
+      staged = nullptr;
+      const bool was_staged = b != nullptr;
+      if (!b) {
+        double wait_ms = 0;
+        {
+          ScopedPhase p(run.phases, Phase::data_wait);
+          b = run.train_loader->next(&wait_ms);
+        }
+        if (!b) throw std::logic_error("loader ran out of batches inside an epoch");
+        rec.data_wait_ms += wait_ms;
       }
-      if (!b) throw std::logic_error("loader ran out of batches inside an epoch");
-      rec.data_wait_ms += wait_ms;
       const int count = b->count;
       {
         ScopedPhase p(run.phases, Phase::h2d);
-        run.backend->load_batch(b->images, b->labels, count, cfg.data.mean, cfg.data.std);
+        if (overlap) {
+          if (!was_staged) stage(b);
+          run.backend->consume_staged_batch(cfg.data.mean, cfg.data.std);
+        } else {
+          const BatchAugment augment = augment_of(b);
+          run.backend->load_batch(b->images, b->labels, count, cfg.data.mean, cfg.data.std,
+                                  b->draws ? &augment : nullptr);
+        }
       }
-      run.train_loader->release(b);
+      if (overlap)
+        in_use = b;
+      else
+        run.train_loader->release(b);
       rec.images += count;
       run.loss->set_grad_scale(micro_scale);
       if (use_graph) break;  // accumulate is 1 with graphs (checked in set_up)
@@ -478,16 +515,32 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
         ++run.model->num_batches_tracked;
       }
       run.backend->replay();
-      if (scaler.enabled()) rec.skipped = !scaler.update(run.optimizer->found_inf());
-      if (!rec.skipped) ++run.optimizer_steps;
-      run.backend->synchronize();
+      if (!overlap) finish_step(rec);
     } else {
       ScopedPhase p(run.phases, Phase::optimizer);
       if (accumulate > 1) run.optimizer->accumulate_end();
       run.optimizer->step(os);
-      if (scaler.enabled()) rec.skipped = !scaler.update(run.optimizer->found_inf());
-      if (!rec.skipped) ++run.optimizer_steps;
-      run.backend->synchronize();
+      if (!overlap) finish_step(rec);
+    }
+    if (overlap) {
+      // The next batch's copy goes out while the GPU still computes this step.
+      const bool next_in_epoch = in_epoch + 1 < run.steps_per_epoch && step + 1 < run.total_steps;
+      if (next_in_epoch) {
+        double wait_ms = 0;
+        {
+          ScopedPhase p(run.phases, Phase::data_wait);
+          staged = run.train_loader->next(&wait_ms);
+        }
+        if (!staged) throw std::logic_error("loader ran out of batches inside an epoch");
+        rec.data_wait_ms += wait_ms;
+        ScopedPhase p(run.phases, Phase::h2d);
+        stage(staged);
+      }
+      {
+        ScopedPhase p(run.phases, Phase::sync);
+        finish_step(rec);
+      }
+      run.train_loader->release(in_use);
     }
     rec.step_ms = ms_since(t0);
     if (gpu_activity && kind == StepKind::measured) {

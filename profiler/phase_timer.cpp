@@ -10,6 +10,7 @@ const char* phase_name(Phase p) {
     case Phase::forward: return "forward";
     case Phase::backward: return "backward";
     case Phase::optimizer: return "optimizer";
+    case Phase::sync: return "sync";
     case Phase::graph: return "graph";
     case Phase::eval: return "eval";
     case Phase::checkpoint: return "checkpoint";

@@ -15,7 +15,12 @@
 namespace xrun::profiler {
 
 // graph: a replayed CUDA graph (forward, backward and optimizer in one).
-enum class Phase { data_wait, h2d, forward, backward, optimizer, graph, eval, checkpoint, count };
+// sync: the wait for the GPU at a step's end, where the next batch's copy is
+// issued before it (CUDA, overlapped input); elsewhere that wait ends the
+// optimizer (or graph) phase.
+enum class Phase {
+  data_wait, h2d, forward, backward, optimizer, sync, graph, eval, checkpoint, count
+};
 const char* phase_name(Phase p);
 
 class PhaseTimer {

@@ -79,7 +79,7 @@ std::vector<KeySpec> build_keys() {
   k.push_back(K("data.shuffle", T::boolean, "Shuffle the training set every epoch.").def(true));
   k.push_back(K("data.workers", T::integer, "Loader threads; 0 = load on the training thread.")
                   .def(2).at_least(0).at_most(256));
-  k.push_back(K("data.pin_memory", T::boolean, "Stage batches in pinned host memory, copied on their own stream (CUDA; no effect on the CPU).").def(false));
+  k.push_back(K("data.pin_memory", T::boolean, "Stage batches in pinned host memory; on CUDA the next batch is copied on its own stream while the current step computes (with prefetch >= 2 and accumulate = 1). No effect on the CPU.").def(false));
   k.push_back(K("data.prefetch", T::integer, "Batches prepared ahead (ring size).")
                   .def(2).at_least(1).at_most(64));
   k.push_back(K("data.limit", T::integer, "Use at most this many training samples; 0 = all.")

@@ -311,8 +311,10 @@ void CpuBackend::write_labels(std::span<const int32_t> labels) {
 }
 
 void CpuBackend::load_batch(const uint8_t* images, const int32_t* labels, int count,
-                            std::span<const float> mean, std::span<const float> std) {
+                            std::span<const float> mean, std::span<const float> std,
+                            const BatchAugment* augment) {
   if (!input_ || !labels_) throw std::logic_error("load_batch: model has no input or loss");
+  if (augment) throw std::logic_error("load_batch: the CPU backend's loader augments on the host");
   const int64_t n = input_->dims[0], c = input_->dims[1];
   const int64_t hw = input_->dims[2] * input_->dims[3];
   if (count > n) throw std::invalid_argument("load_batch: batch larger than the plan");

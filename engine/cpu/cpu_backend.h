@@ -93,7 +93,8 @@ class CpuBackend final : public Backend {
   void read(const Tensor* t, std::span<float> canonical) override;
   void write_labels(std::span<const int32_t> labels) override;
   void load_batch(const uint8_t* images, const int32_t* labels, int count,
-                  std::span<const float> mean, std::span<const float> std) override;
+                  std::span<const float> mean, std::span<const float> std,
+                  const BatchAugment* augment) override;
   void synchronize() override {}
 
   // ---- for the op files ----

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "engine/data/loader.h"
 #include "engine/device/device_info.h"
 #include "engine/memory_plan.h"
 
@@ -261,9 +262,9 @@ std::vector<MemoryRecord> CudaBackend::memory_plan() const {
   }
   for (const auto& [name, r] : mirrors_) out.push_back({"optimizer." + name, params});
   out.push_back({"conv_workspace", static_cast<int64_t>(workspace_bytes_)});
-  if (input_)
+  if (input_)  // uint8 pixels, an int32 label and three int32 augmentation draws per image
     out.push_back({"input.staging", input_->dims[0] * (input_->dims[1] * input_->dims[2] *
-                                                           input_->dims[3] + 4)});
+                                                           input_->dims[3] + 4 + 12)});
   return out;
 }
 
@@ -316,6 +317,8 @@ void CudaBackend::allocate() {
         "uint8 images"));
     label_staging_ = static_cast<int32_t*>(
         device_alloc(static_cast<size_t>(input_->dims[0]) * sizeof(int32_t), "labels"));
+    draw_staging_ = static_cast<int32_t*>(device_alloc(
+        static_cast<size_t>(input_->dims[0]) * 3 * sizeof(int32_t), "augmentation draws"));
   }
   for (CudaTensor& t : tensors_) {
     t.data = region_of(t.role).base + t.offset;
@@ -485,11 +488,51 @@ void CudaBackend::write_labels(std::span<const int32_t> labels) {
 }
 
 void CudaBackend::load_batch(const uint8_t* images, const int32_t* labels, int count,
-                             std::span<const float> mean, std::span<const float> std) {
+                             std::span<const float> mean, std::span<const float> std,
+                             const BatchAugment* augment) {
+  stage_batch(images, labels, count, augment);
+  consume_staged_batch(mean, std);
+  // The caller reuses `images` once this returns.
+  CUDA_CHECK(cudaEventSynchronize(copied_));
+}
+
+void CudaBackend::stage_batch(const uint8_t* images, const int32_t* labels, int count,
+                              const BatchAugment* augment) {
   if (!input_ || !labels_) throw std::logic_error("load_batch: model has no input or loss");
   const int64_t n = input_->dims[0], c = input_->dims[1], h = input_->dims[2],
                 w = input_->dims[3];
   if (count > n) throw std::invalid_argument("load_batch: batch larger than the plan");
+  if (staged_count_ >= 0) throw std::logic_error("stage_batch: the staged batch was not consumed");
+  const size_t image_bytes = static_cast<size_t>(count * c * h * w);
+  // The copy waits until the previous batch's normalisation has read the
+  // staging buffer, runs on its own stream (asynchronous from pinned host
+  // memory, so it overlaps the compute stream's work), and the compute
+  // stream waits for it in consume_staged_batch.
+  CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, consumed_, 0));
+  CUDA_CHECK(cudaMemcpyAsync(image_staging_, images, image_bytes, cudaMemcpyHostToDevice,
+                             copy_stream_));
+  CUDA_CHECK(cudaMemcpyAsync(label_staging_, labels, static_cast<size_t>(count) * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, copy_stream_));
+  // Augmentation: the draws travel with the batch; the normalisation pass
+  // crops and flips as it reads.
+  staged_augment_ = Augmentation{};
+  if (augment && augment->draws && (augment->random_crop || augment->hflip)) {
+    CUDA_CHECK(cudaMemcpyAsync(draw_staging_, augment->draws,
+                               static_cast<size_t>(count) * 3 * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, copy_stream_));
+    staged_augment_.draws = draw_staging_;
+    staged_augment_.random_crop = augment->random_crop;
+    staged_augment_.hflip = augment->hflip;
+    staged_augment_.pad = data::kCropPad;
+  }
+  CUDA_CHECK(cudaEventRecord(copied_, copy_stream_));
+  staged_count_ = count;
+}
+
+void CudaBackend::consume_staged_batch(std::span<const float> mean, std::span<const float> std) {
+  if (staged_count_ < 0) throw std::logic_error("consume_staged_batch: no batch was staged");
+  const int64_t n = input_->dims[0], c = input_->dims[1], h = input_->dims[2],
+                w = input_->dims[3];
   if (static_cast<int64_t>(mean.size()) != c || static_cast<int64_t>(std.size()) != c)
     throw std::invalid_argument("load_batch: mean/std need one value per channel");
   Normalisation norm{};
@@ -497,16 +540,8 @@ void CudaBackend::load_batch(const uint8_t* images, const int32_t* labels, int c
     norm.scale[ch] = 1.0f / (255.0f * std[ch]);
     norm.shift[ch] = -mean[ch] / std[ch];
   }
-  const size_t image_bytes = static_cast<size_t>(count * c * h * w);
-  // The copy waits until the previous batch's normalisation has read the
-  // staging buffer, runs on its own stream (asynchronous from pinned host
-  // memory), and the compute stream waits for it.
-  CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, consumed_, 0));
-  CUDA_CHECK(cudaMemcpyAsync(image_staging_, images, image_bytes, cudaMemcpyHostToDevice,
-                             copy_stream_));
-  CUDA_CHECK(cudaMemcpyAsync(label_staging_, labels, static_cast<size_t>(count) * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, copy_stream_));
-  CUDA_CHECK(cudaEventRecord(copied_, copy_stream_));
+  const int count = staged_count_;
+  staged_count_ = -1;
   // The compute stream replaces the labels once the last loss has read them.
   CUDA_CHECK(cudaStreamWaitEvent(stream_, copied_, 0));
   CUDA_CHECK(cudaMemcpyAsync(labels_->data, label_staging_,
@@ -516,10 +551,8 @@ void CudaBackend::load_batch(const uint8_t* images, const int32_t* labels, int c
     CUDA_CHECK(cudaMemsetAsync(static_cast<int32_t*>(labels_->data) + count, 0,
                                static_cast<size_t>(n - count) * sizeof(int32_t), stream_));
   normalize_images(image_staging_, input_->data, act_, n, count, c, h, w, input_->c_pad, norm,
-                   stream_);
+                   staged_augment_, stream_);
   CUDA_CHECK(cudaEventRecord(consumed_, stream_));
-  // The caller reuses `images` once this returns.
-  CUDA_CHECK(cudaEventSynchronize(copied_));
 }
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }

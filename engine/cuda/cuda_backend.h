@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/cuda/kernels.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
 
@@ -95,7 +96,13 @@ class CudaBackend final : public Backend {
   void read(const Tensor* t, std::span<float> canonical) override;
   void write_labels(std::span<const int32_t> labels) override;
   void load_batch(const uint8_t* images, const int32_t* labels, int count,
-                  std::span<const float> mean, std::span<const float> std) override;
+                  std::span<const float> mean, std::span<const float> std,
+                  const BatchAugment* augment) override;
+  bool augments_batches() const override { return true; }
+  bool stages_batches() const override { return true; }
+  void stage_batch(const uint8_t* images, const int32_t* labels, int count,
+                   const BatchAugment* augment) override;
+  void consume_staged_batch(std::span<const float> mean, std::span<const float> std) override;
   void synchronize() override;
   void profiler_start() override;
   void profiler_stop() override;
@@ -179,6 +186,9 @@ class CudaBackend final : public Backend {
   size_t workspace_bytes_ = 0;
   uint8_t* image_staging_ = nullptr;  // uint8 batch on the device, before normalisation
   int32_t* label_staging_ = nullptr;  // its labels, before they replace the last batch's
+  int32_t* draw_staging_ = nullptr;   // its augmentation draws (3 per sample)
+  int staged_count_ = -1;             // rows of the staged batch; -1 = none staged
+  Augmentation staged_augment_;       // what the staged batch's normalisation applies
   CudaTensor* input_ = nullptr;
   CudaTensor* labels_ = nullptr;
   std::vector<CudaOp*> ops_;

@@ -33,9 +33,18 @@ struct Normalisation {
   float scale[16];
   float shift[16];
 };
+// With `draws` (per sample crop_y, crop_x, flip), each sample is cropped
+// from its zero-padded (`pad` pixels) self and flipped as data::augment_sample
+// does, in the same pass.
+struct Augmentation {
+  const int32_t* draws = nullptr;  // device memory, 3 per sample; nullptr = none
+  bool random_crop = false;
+  bool hflip = false;
+  int pad = 4;
+};
 void normalize_images(const uint8_t* images, void* dst, DataType dt, int64_t n, int64_t count,
                       int64_t c, int64_t h, int64_t w, int64_t c_pad, const Normalisation& norm,
-                      cudaStream_t stream);
+                      const Augmentation& augment, cudaStream_t stream);
 
 // ---- pointwise (pointwise.cu) ---------------------------------------------
 void add_inplace(void* dst, const void* src, DataType dt, int64_t count, cudaStream_t stream);

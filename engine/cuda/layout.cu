@@ -47,15 +47,30 @@ __global__ void cast_to_float_kernel(const T* src, float* dst, int64_t count) {
 
 template <class T>
 __global__ void normalize_kernel(const uint8_t* images, T* dst, int64_t n, int64_t count,
-                                 int64_t c, int64_t hw, int64_t c_pad, Normalisation norm) {
+                                 int64_t c, int64_t h, int64_t w, int64_t c_pad,
+                                 Normalisation norm, Augmentation aug) {
+  const int64_t hw = h * w;
   const int64_t total = n * hw * c_pad;
   XRUN_GRID_LOOP(i, total) {
     const int64_t ch = i % c_pad;
     const int64_t pos = (i / c_pad) % hw;
     const int64_t img = i / (c_pad * hw);
     float x = 0.0f;
-    if (img < count && ch < c)
-      x = images[(img * c + ch) * hw + pos] * norm.scale[ch] + norm.shift[ch];
+    if (img < count && ch < c) {
+      int64_t y = pos / w, col = pos % w;
+      bool inside = true;
+      if (aug.draws) {  // flip the output column, then shift into the padded source
+        const int32_t* d = aug.draws + 3 * img;
+        if (aug.hflip && d[2]) col = w - 1 - col;
+        if (aug.random_crop) {
+          y += d[0] - aug.pad;
+          col += d[1] - aug.pad;
+          inside = y >= 0 && y < h && col >= 0 && col < w;
+        }
+      }
+      const float pixel = inside ? images[(img * c + ch) * hw + y * w + col] : 0.0f;
+      x = pixel * norm.scale[ch] + norm.shift[ch];
+    }
     dst[i] = from_float<T>(x);
   }
 }
@@ -101,12 +116,12 @@ void cast_to_float(const void* src, DataType dt, float* dst, int64_t count, cuda
 
 void normalize_images(const uint8_t* images, void* dst, DataType dt, int64_t n, int64_t count,
                       int64_t c, int64_t h, int64_t w, int64_t c_pad, const Normalisation& norm,
-                      cudaStream_t stream) {
+                      const Augmentation& augment, cudaStream_t stream) {
   dispatch(dt, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const int64_t total = n * h * w * c_pad;
     normalize_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
-        images, static_cast<T*>(dst), n, count, c, h * w, c_pad, norm);
+        images, static_cast<T*>(dst), n, count, c, h, w, c_pad, norm, augment);
   });
 }
 

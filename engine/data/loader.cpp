@@ -34,6 +34,15 @@ void epoch_permutation(uint64_t seed, int64_t epoch, int64_t* order, int64_t n) 
   }
 }
 
+void augment_sample(const uint8_t* src, uint8_t* dst, int c, int h, int w, bool random_crop,
+                    bool flip, const AugmentDraw& draw) {
+  if (random_crop)
+    pad_crop(src, dst, c, h, w, kCropPad, draw.crop_y, draw.crop_x);
+  else
+    std::memcpy(dst, src, static_cast<size_t>(c) * h * w);
+  if (flip && draw.flip) hflip(dst, c, h, w);
+}
+
 AugmentDraw augment_draw(uint64_t seed, int64_t epoch, int64_t position) {
   uint64_t s = mix_seed(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(position), 0xa09);
   auto next = [&] { return splitmix64(s); };
@@ -101,7 +110,10 @@ struct Loader::Impl {
                               : (samples + opt.batch_size - 1) / opt.batch_size;
 
     const size_t image_bytes = round_up(sample_bytes * opt.batch_size, 64);
-    const size_t stride = image_bytes + round_up(sizeof(int32_t) * opt.batch_size, 64);
+    const size_t label_bytes = round_up(sizeof(int32_t) * opt.batch_size, 64);
+    const size_t draw_bytes =
+        opt.augment_elsewhere ? round_up(sizeof(int32_t) * 3 * opt.batch_size, 64) : 0;
+    const size_t stride = image_bytes + label_bytes + draw_bytes;
     const size_t total = stride * opt.prefetch;
     block = opt.allocator.allocate(total);
     if (!block) throw std::bad_alloc();
@@ -111,6 +123,8 @@ struct Loader::Impl {
       auto* base = static_cast<uint8_t*>(block) + stride * i;
       slots[i].batch.images = base;
       slots[i].batch.labels = reinterpret_cast<const int32_t*>(base + image_bytes);
+      if (draw_bytes)
+        slots[i].batch.draws = reinterpret_cast<const int32_t*>(base + image_bytes + label_bytes);
     }
     if (opt.shuffle) order.resize(samples);
     scratch.assign(std::max(opt.workers, 1), std::vector<uint8_t>(sample_bytes));
@@ -148,24 +162,26 @@ struct Loader::Impl {
     auto* labels = const_cast<int32_t*>(slot.batch.labels);
     const int64_t begin = b * opt.batch_size;
     const int count = static_cast<int>(std::min<int64_t>(opt.batch_size, samples - begin));
-    const bool augment = opt.random_crop || opt.hflip;
+    const bool augment = (opt.random_crop || opt.hflip) && !opt.augment_elsewhere;
+    auto* draws = const_cast<int32_t*>(slot.batch.draws);
     for (int i = 0; i < count; ++i) {
       if (check && generation.load(std::memory_order_relaxed) != gen) return false;
       const int64_t pos = begin + i;
       const int64_t index = opt.shuffle ? order[pos] : pos;
       uint8_t* dst = images + sample_bytes * i;
+      if (draws) {
+        const AugmentDraw d = augment_draw(opt.seed, epoch, pos);
+        draws[3 * i] = d.crop_y;
+        draws[3 * i + 1] = d.crop_x;
+        draws[3 * i + 2] = d.flip ? 1 : 0;
+      }
       if (!augment) {
         dataset.get(index, dst, &labels[i]);
         continue;
       }
-      const AugmentDraw d = augment_draw(opt.seed, epoch, pos);
-      if (opt.random_crop) {
-        dataset.get(index, tmp, &labels[i]);
-        pad_crop(tmp, dst, channels, height, width, kCropPad, d.crop_y, d.crop_x);
-      } else {
-        dataset.get(index, dst, &labels[i]);
-      }
-      if (opt.hflip && d.flip) hflip(dst, channels, height, width);
+      dataset.get(index, tmp, &labels[i]);
+      augment_sample(tmp, dst, channels, height, width, opt.random_crop, opt.hflip,
+                     augment_draw(opt.seed, epoch, pos));
     }
     if (count < opt.batch_size) {
       std::memset(images + sample_bytes * count, 0, sample_bytes * (opt.batch_size - count));

@@ -25,6 +25,10 @@ struct LoaderOptions {
   bool drop_last = true;     // training: true; evaluation: false (last batch partial)
   bool random_crop = false;  // pad 4 (zeros) and crop back at a random offset
   bool hflip = false;        // flip with probability 1/2
+  // The draws are made here, the pixels moved by the consumer (the CUDA
+  // backend, on the device): batches hold the samples as read, and each
+  // sample's draw in HostBatch::draws.
+  bool augment_elsewhere = false;
   int workers = 2;           // 0: batches are made on the calling thread
   int prefetch = 2;          // ring slots (>= 1)
   uint64_t seed = 0;
@@ -39,6 +43,9 @@ struct LoaderOptions {
 struct HostBatch {
   const uint8_t* images = nullptr;
   const int32_t* labels = nullptr;
+  // augment_elsewhere: per sample crop_y, crop_x, flip (0/1) as AugmentDraw
+  // gives them (3 int32 each, batch_size samples of room); else nullptr.
+  const int32_t* draws = nullptr;
   int count = 0;
   int64_t epoch = 0;
   int64_t index = 0;  // batch index within the epoch
@@ -61,6 +68,13 @@ struct AugmentDraw {
   bool flip = false;
 };
 AugmentDraw augment_draw(uint64_t seed, int64_t epoch, int64_t position);
+
+// One sample's augmentation as the loader applies it: pad-and-crop at the
+// draw's offsets (random_crop), then the flip (hflip and the draw's flip).
+// `src` and `dst` are C x H x W uint8 and must not overlap. The reference for
+// the CUDA backend, which applies the same draws on the device.
+void augment_sample(const uint8_t* src, uint8_t* dst, int c, int h, int w, bool random_crop,
+                    bool hflip, const AugmentDraw& draw);
 
 class Loader {
  public:

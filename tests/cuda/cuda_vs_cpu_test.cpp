@@ -2,7 +2,8 @@
 // (the oracle, itself checked against a plain-loop reference and PyTorch) on
 // the same inputs and weights: every op family forward and backward, and
 // whole training steps of resnet18 and resnet50 (loss, every gradient,
-// updated weights, running statistics), in fp32, tf32, fp16 and bf16.
+// updated weights, running statistics), in fp32, tf32, fp16 and bf16, and
+// the device's crop and flip against the loader's.
 //
 // Where no GPU can run this build's kernels (no driver, no device, too old a
 // card) every case prints why it is skipped and passes: CI has no GPU.
@@ -29,6 +30,7 @@
 
 #include "engine/backend.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/data/loader.h"
 #include "engine/model/resnet.h"
 
 using namespace xrun;
@@ -311,5 +313,95 @@ TEST_CASE("cuda: a precision the card cannot train in is a clear error", "[cuda]
     } catch (const std::exception& e) {
       CHECK_THAT(e.what(), Catch::Contains("compute capability 8.0"));
     }
+  }
+}
+
+TEST_CASE("cuda load_batch: crop and flip on the device equal the loader's on the host",
+          "[cuda]") {
+  XRUN_NEED_GPU();
+  // 8 images of 3x12x12; the draws cover every crop offset at the edges and
+  // both flips. The CPU gets the images augmented by data::augment_sample
+  // (what the loader does on the host); the GPU gets them raw with the draws.
+  const int n = 8, c = 3, h = 12, w = 12;
+  std::mt19937 g(9);
+  std::vector<uint8_t> raw(static_cast<size_t>(n * c * h * w));
+  for (auto& v : raw) v = static_cast<uint8_t>(1 + g() % 255);
+  std::vector<int32_t> draws;
+  for (int i = 0; i < n; ++i) {
+    const int32_t crop_y = i % 2 ? 0 : 2 * data::kCropPad, crop_x = (i * 3) % (2 * data::kCropPad + 1);
+    draws.insert(draws.end(), {crop_y, crop_x, i % 3 == 0 ? 1 : 0});
+  }
+  const std::vector<int32_t> labels = {0, 1, 2, 3, 4, 5, 6, 7};
+  const std::vector<float> mean = {0.5f, 0.4f, 0.3f}, sd = {0.2f, 0.25f, 0.3f};
+  for (const auto& [crop, flip] : {std::pair{true, true}, {true, false}, {false, true}}) {
+    const size_t sample = static_cast<size_t>(c * h * w);
+    std::vector<uint8_t> augmented(raw.size());
+    for (int i = 0; i < n; ++i) {
+      const data::AugmentDraw d{draws[3 * i], draws[3 * i + 1], draws[3 * i + 2] != 0};
+      data::augment_sample(raw.data() + sample * i, augmented.data() + sample * i, c, h, w, crop,
+                           flip, d);
+    }
+    auto input_of = [&](Backend& be, bool on_device) {
+      Tensor* x = be.input(n, c, h, w);
+      auto pool = be.global_avg_pool("avgpool", x, nullptr);
+      auto fc = be.linear("fc", pool->y, nullptr, 2);
+      auto loss = be.softmax_cross_entropy(fc->y, fc->dy);
+      be.allocate();
+      const BatchAugment augment{crop, flip, draws.data()};
+      if (on_device)
+        be.load_batch(raw.data(), labels.data(), n, mean, sd, &augment);
+      else
+        be.load_batch(augmented.data(), labels.data(), n, mean, sd);
+      return read(be, x);
+    };
+    cpu::CpuBackend cpu(0);
+    const std::vector<float> want = input_of(cpu, false);
+    for (const std::string& p : precisions()) {
+      auto be = gpu(p);
+      REQUIRE(be->augments_batches());
+      check_nmse(input_of(*be, true), want, op_threshold(p),
+                 std::string("augmented input ") + p + (crop ? " crop" : "") + (flip ? " flip" : ""));
+    }
+  }
+}
+
+TEST_CASE("cuda stage_batch: a batch copied while the previous one computes equals load_batch",
+          "[cuda]") {
+  XRUN_NEED_GPU();
+  // The trainer's overlapped input: batch A is staged and consumed, the
+  // forward pass is launched, batch B is staged before anything waits, then
+  // consumed. The input must be B exactly as the CPU's load_batch gives it.
+  const int n = 4, c = 3, h = 16, w = 16;
+  std::mt19937 g(21);
+  std::vector<uint8_t> a(static_cast<size_t>(n * c * h * w)), b(a.size());
+  for (auto& v : a) v = static_cast<uint8_t>(g() & 255);
+  for (auto& v : b) v = static_cast<uint8_t>(g() & 255);
+  const std::vector<int32_t> labels_a = {0, 1, 0, 1}, labels_b = {1, 1, 0, 0};
+  const std::vector<float> mean = {0.5f, 0.5f, 0.5f}, sd = {0.25f, 0.25f, 0.25f};
+  auto build = [&](Backend& be) {
+    Tensor* x = be.input(n, c, h, w);
+    auto pool = be.global_avg_pool("avgpool", x, nullptr);
+    auto fc = be.linear("fc", pool->y, nullptr, 2);
+    auto loss = be.softmax_cross_entropy(fc->y, fc->dy);
+    be.allocate();
+    return std::tuple{x, std::move(pool), std::move(fc), std::move(loss)};
+  };
+  cpu::CpuBackend cpu(0);
+  auto [cx, cpool, cfc, closs] = build(cpu);
+  cpu.load_batch(b.data(), labels_b.data(), 3, mean, sd, nullptr);
+  const std::vector<float> want = read(cpu, cx);
+  for (const std::string& p : precisions()) {
+    auto be = gpu(p);
+    REQUIRE(be->stages_batches());
+    auto [x, pool, fc, loss] = build(*be);
+    be->stage_batch(a.data(), labels_a.data(), n, nullptr);
+    be->consume_staged_batch(mean, sd);
+    pool->forward_train();
+    fc->forward();
+    be->stage_batch(b.data(), labels_b.data(), 3, nullptr);  // before any wait
+    CHECK_THROWS_AS(be->stage_batch(b.data(), labels_b.data(), 3, nullptr), std::logic_error);
+    be->consume_staged_batch(mean, sd);
+    be->synchronize();
+    check_nmse(read(*be, x), want, op_threshold(p), "staged input " + p);
   }
 }

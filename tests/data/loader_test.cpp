@@ -369,3 +369,55 @@ TEST_CASE("next() before any epoch returns nullptr, bad options throw", "[data][
   o.prefetch = 0;
   CHECK_THROWS_AS(Loader(ds, o), std::invalid_argument);
 }
+
+TEST_CASE("augment_elsewhere: raw samples plus the draws that reproduce the augmented batches",
+          "[data][loader]") {
+  // The CUDA backend augments on the device: the loader hands over the
+  // samples as read and each sample's draw. Applied with augment_sample (the
+  // reference the device kernel is tested against), they give exactly what
+  // the augmenting loader gives.
+  TaggedDataset ds(45, 3, 10, 10);
+  auto o = options(8, 2, 123);
+  o.random_crop = o.hflip = true;
+  o.drop_last = false;
+  Loader augmenting(ds, o);
+  o.augment_elsewhere = true;
+  Loader raw(ds, o);
+  const size_t sample = ds.sample_bytes();
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    const std::vector<Batch> expected = run_epoch(augmenting, ds, 8, epoch);
+    raw.start_epoch(epoch);
+    size_t b = 0;
+    int flips = 0;
+    while (const HostBatch* batch = raw.next()) {
+      REQUIRE(b < expected.size());
+      REQUIRE(batch->draws != nullptr);
+      CHECK(batch->count == expected[b].count);
+      for (int i = 0; i < batch->count; ++i) {
+        const int64_t pos = batch->index * 8 + i;
+        const AugmentDraw d = augment_draw(123, epoch, pos);
+        CHECK(batch->draws[3 * i] == d.crop_y);
+        CHECK(batch->draws[3 * i + 1] == d.crop_x);
+        CHECK(batch->draws[3 * i + 2] == (d.flip ? 1 : 0));
+        flips += d.flip;
+        const uint8_t* got = batch->images + sample * i;
+        CHECK(std::equal(got, got + sample, ds.image(batch->labels[i]).begin()));  // as read
+        std::vector<uint8_t> augmented(sample);
+        augment_sample(got, augmented.data(), 3, 10, 10, true, true, d);
+        CHECK(std::equal(augmented.begin(), augmented.end(),
+                         expected[b].images.begin() + static_cast<std::ptrdiff_t>(sample * i)));
+      }
+      raw.release(batch);
+      ++b;
+    }
+    CHECK(b == expected.size());
+    CHECK(flips > 0);
+  }
+  // Without augment_elsewhere there are no draws.
+  CHECK(run_epoch(augmenting, ds, 8, 0).size() == 6);
+  augmenting.start_epoch(0);
+  const HostBatch* plain = augmenting.next();
+  REQUIRE(plain);
+  CHECK(plain->draws == nullptr);
+  augmenting.release(plain);
+}

@@ -474,7 +474,7 @@ TEST_CASE("cpu load_batch normalises images, zeroes padded rows and writes label
   const std::vector<int32_t> labels = {1, 0, 1};
   const std::vector<float> mean = {0.49f, 0.48f, 0.45f}, std = {0.25f, 0.24f, 0.26f};
   const int count = 2;
-  be.load_batch(images.data(), labels.data(), count, mean, std);
+  be.load_batch(images.data(), labels.data(), count, mean, std, nullptr);
   ref::Vec want(n * c * h * w, 0.0);
   for (int64_t i = 0; i < count * c * h * w; ++i) {
     const int64_t ch = (i / (h * w)) % c;

@@ -393,7 +393,7 @@ TEST_CASE("gradcheck: the whole resnet18 model on the CPU backend", "[gradcheck]
   std::vector<int32_t> labels(static_cast<size_t>(batch));
   for (auto& l : labels) l = static_cast<int32_t>(rng.below(spec.num_classes));
   const std::vector<float> mean = {0.4914f, 0.4822f, 0.4465f}, std = {0.2470f, 0.2435f, 0.2616f};
-  be.load_batch(images.data(), labels.data(), static_cast<int>(batch), mean, std);
+  be.load_batch(images.data(), labels.data(), static_cast<int>(batch), mean, std, nullptr);
 
   model.forward(true);
   loss->forward_backward(static_cast<int>(batch), 1.0f);
