@@ -67,9 +67,10 @@ echo "== gpu-smoke"
 smoke_rc=$?
 "$xrun" runs --db "$out/gpu.db" --format table
 
-echo "== CUPTI: kernels, copies, overhead, GPU trace (fp16, benchmark on)"
+echo "== CUPTI, pinned overlapped input, device augmentation: kernels, copies, overhead, GPU trace (fp16, benchmark on)"
 "$xrun" run experiments/gpu-smoke.toml --db "$out/cupti.db" --force --only 5 \
-  --set profile.cupti='"trace"' --set profile.trace_steps=3
+  --set profile.cupti='"trace"' --set profile.trace_steps=3 \
+  --set data.pin_memory=true --set data.augment='["random_crop", "hflip"]' 
 cupti_rc=$?
 "$xrun" show 1 --db "$out/cupti.db" | sed -n '/^phases/,/^environment/p' | head -60
 "$xrun" trace 1 --db "$out/cupti.db" -o "$out/gpu-trace.json"
