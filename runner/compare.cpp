@@ -250,27 +250,35 @@ std::string choose_baseline(const std::vector<Group>& groups, const std::string&
 
 // --- Throughput and the bootstrap ------------------------------------------------------
 
-// Images per second over steps.size() steps, the k-th being steps[pick(k)].
-template <typename Pick>
-double throughput_over(const std::vector<Sample>& steps, Pick pick) {
+// Images per second over the steps.
+double throughput(const std::vector<Sample>& steps) {
   double ms = 0, images = 0;
-  for (size_t k = 0; k < steps.size(); ++k) {
-    const Sample& s = steps[pick(k)];
+  for (const Sample& s : steps) {
     ms += s.ms;
     images += static_cast<double>(s.images);
   }
   return 1000.0 * images / ms;
 }
 
-double throughput(const std::vector<Sample>& steps) {
-  return throughput_over(steps, [](size_t k) { return k; });
-}
+// A cell's measured steps, run by run (repeats of the same settings).
+using RunSteps = std::vector<std::vector<Sample>>;
 
-// The throughput of one resample of `steps` with replacement. rng() % n has
-// a bias of n / 2^64: none worth a word, and portable, unlike the standard
-// distributions.
-double resampled_throughput(const std::vector<Sample>& steps, std::mt19937_64& rng) {
-  return throughput_over(steps, [&](size_t) { return rng() % steps.size(); });
+// The throughput of one two-level resample, with replacement: as many runs
+// as the cell has, then each chosen run's steps, so that with repeats the
+// interval also covers how much runs differ from one another (with one run
+// it is a resample of its steps). rng() % n has a bias of n / 2^64: none
+// worth a word, and portable, unlike the standard distributions.
+double resampled_throughput(const RunSteps& runs, std::mt19937_64& rng) {
+  double ms = 0, images = 0;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const std::vector<Sample>& steps = runs[runs.size() == 1 ? 0 : rng() % runs.size()];
+    for (size_t k = 0; k < steps.size(); ++k) {
+      const Sample& s = steps[rng() % steps.size()];
+      ms += s.ms;
+      images += static_cast<double>(s.images);
+    }
+  }
+  return 1000.0 * images / ms;
 }
 
 // Linear interpolation between the closest ranks of sorted values.
@@ -290,9 +298,9 @@ std::mt19937_64 cell_rng(uint64_t seed, const std::string& match_key, const std:
   return std::mt19937_64(seq);
 }
 
-void set_ratio(CompareCell& cell, const std::vector<Sample>& steps,
-               const std::vector<Sample>& baseline_steps, double baseline_throughput,
-               const CompareOptions& options, std::mt19937_64 rng) {
+void set_ratio(CompareCell& cell, const RunSteps& steps, const RunSteps& baseline_steps,
+               double baseline_throughput, const CompareOptions& options,
+               std::mt19937_64 rng) {
   cell.ratio = cell.throughput / baseline_throughput;
   std::vector<double> ratios(static_cast<size_t>(options.bootstrap_samples));
   for (double& r : ratios)
@@ -308,6 +316,12 @@ void set_ratio(CompareCell& cell, const std::vector<Sample>& steps,
 std::vector<Sample> pooled_steps(const std::vector<const Candidate*>& runs) {
   std::vector<Sample> out;
   for (const Candidate* run : runs) out.insert(out.end(), run->steps.begin(), run->steps.end());
+  return out;
+}
+
+RunSteps run_steps(const std::vector<const Candidate*>& runs) {
+  RunSteps out;
+  for (const Candidate* run : runs) out.push_back(run->steps);
   return out;
 }
 
@@ -331,8 +345,9 @@ CompareGroup compare_group(const Group& g, const std::vector<std::string>& value
   out.match_key = g.match_key;
   out.settings = displayed_settings(g, shown_keys);
   const std::string& baseline = values.front();
-  const std::vector<Sample> baseline_steps = pooled_steps(g.by_value.at(baseline));
-  const double baseline_throughput = throughput(baseline_steps);
+  const std::vector<const Candidate*>& baseline_runs = g.by_value.at(baseline);
+  const double baseline_throughput = throughput(pooled_steps(baseline_runs));
+  const RunSteps baseline_steps = run_steps(baseline_runs);
   for (const std::string& value : values) {
     const auto it = g.by_value.find(value);
     if (it == g.by_value.end()) continue;
@@ -340,7 +355,7 @@ CompareGroup compare_group(const Group& g, const std::vector<std::string>& value
     CompareCell cell = make_cell(value, it->second, steps);
     cell.is_baseline = value == baseline;
     if (!cell.is_baseline)
-      set_ratio(cell, steps, baseline_steps, baseline_throughput, options,
+      set_ratio(cell, run_steps(it->second), baseline_steps, baseline_throughput, options,
                 cell_rng(options.seed, g.match_key, value));
     out.cells.push_back(std::move(cell));
   }

@@ -14,8 +14,10 @@
 //
 // Per cell: throughput = sum(images) / sum(step time) over the measured
 // steps; the ratio to the baseline cell of its group with a 95% bootstrap
-// interval (each side's steps resampled with replacement, independently;
-// the 2.5% and 97.5% percentiles of the resampled ratios).
+// interval (each side resampled with replacement, independently, at two
+// levels: its runs, then each chosen run's steps, so disagreeing repeats
+// widen the interval; the 2.5% and 97.5% percentiles of the resampled
+// ratios).
 #pragma once
 
 #include <cstdint>

@@ -230,6 +230,31 @@ TEST_CASE("repeats with the same settings pool their steps", "[compare]") {
   CHECK(cell(single, 0, "b").run_uuids == std::vector<std::string>{r1});
 }
 
+TEST_CASE("repeats that disagree widen the interval: runs are resampled, then steps",
+          "[compare]") {
+  // Side b: one run at ~100 ms a step and a repeat at ~50 ms; side a: two
+  // runs at ~75 ms. The pooled throughputs are equal, so the ratio is 1; each
+  // b run's steps alone are steady, so resampling pooled steps would give a
+  // narrow interval. Resampling runs first shows the disagreement: a
+  // resample of b can hold the slow run twice (ratio 0.75) or the fast one
+  // twice (1.5).
+  store_test::TempDir dir;
+  Store db(dir.file("r.db"));
+  add_run(db, labelled("a"), step_times(75, 0.02, 30));
+  add_run(db, labelled("a"), step_times(75, 0.02, 30, 3));
+  add_run(db, labelled("b"), step_times(100, 0.02, 30));
+  add_run(db, labelled("b"), step_times(50, 0.02, 30, 5));
+  const CompareCell b = cell(compare_runs(db, by("label")), 0, "b");
+  CHECK(b.ratio == Approx(expected_throughput(concat(step_times(100, 0.02, 30),
+                                                     step_times(50, 0.02, 30, 5))) /
+                          expected_throughput(concat(step_times(75, 0.02, 30),
+                                                     step_times(75, 0.02, 30, 3))))
+                       .epsilon(1e-12));
+  CHECK(b.interval_includes_one);
+  CHECK(b.ratio_lo < 0.8);
+  CHECK(b.ratio_hi > 1.4);
+}
+
 TEST_CASE("by device compares the stored device names, not train.device", "[compare]") {
   store_test::TempDir dir;
   Store db(dir.file("r.db"));
