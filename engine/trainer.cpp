@@ -404,6 +404,9 @@ TrainResult train(const RunConfig& cfg, const TrainEvents& ev, const TrainContex
         profiler::GpuActivity::start(trace_wanted ? cfg.profile.trace_steps : 0, why_not);
     if (!gpu_activity && ev.message)
       ev.message("CUPTI tracing off: " + why_not + "; NVTX ranges and host timers go on");
+  } else if (cfg.profile.cupti == "summary" && ev.message) {
+    ev.message("profile.cupti = \"summary\" records GPU activity; this " +
+               run.backend->name() + " run has its host phase timers");
   }
   // A window still open when the run ends or fails: keep what it has.
   struct TraceGuard {
