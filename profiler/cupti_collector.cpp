@@ -1,5 +1,5 @@
 // profiler/cupti_collector.cpp: ActivityCapture on CUPTI's activity API.
-// CUPTI asks for buffers and hands them back full on its own thread; they
+// CUPTI's functions come through cupti_api (loaded at run time). CUPTI asks for buffers and hands them back full on its own thread; they
 // wait in a list (under a mutex, no CUDA calls there) until flush(), which
 // the training thread calls after a device synchronisation, decodes them
 // into the ActivityLog (profiler/cupti_records.cpp) and frees them. Any
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "profiler/activity_capture.h"
+#include "profiler/cupti_api.h"
 #include "profiler/cupti_records.h"
 
 namespace xrun::profiler {
@@ -31,6 +32,9 @@ struct Completed {
   size_t valid;
 };
 
+// The library, loaded before any capture starts (ActivityCapture::start).
+const CuptiApi& api() { return *cupti_api(); }
+
 std::mutex g_mu;
 std::vector<Completed> g_completed;
 std::atomic<int64_t> g_dropped{0};
@@ -44,7 +48,7 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t,
                                size_t valid) {
   size_t dropped = 0;
-  if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS)
+  if (api().activity_get_num_dropped_records(ctx, stream, &dropped) == CUPTI_SUCCESS)
     g_dropped += static_cast<int64_t>(dropped);
   std::lock_guard<std::mutex> lock(g_mu);
   g_completed.push_back({buffer, valid});
@@ -52,13 +56,13 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, 
 
 std::string result_text(CUptiResult r) {
   const char* s = nullptr;
-  cuptiGetResultString(r, &s);
+  api().get_result_string(r, &s);
   return s ? s : "CUPTI error " + std::to_string(static_cast<int>(r));
 }
 
 std::string api_name(bool runtime, uint32_t cbid) {
   const char* name = nullptr;
-  cuptiGetCallbackName(runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API, cbid,
+  api().get_callback_name(runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API, cbid,
                        &name);
   return name ? name : (runtime ? "cuda runtime " : "cuda driver ") + std::to_string(cbid);
 }
@@ -68,8 +72,8 @@ class CuptiCapture final : public ActivityCapture {
   CuptiCapture() : thread_(static_cast<uint32_t>(syscall(SYS_gettid))) {}
   ~CuptiCapture() override {
     set_tracing(false);
-    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
-    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    api().activity_disable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+    api().activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     std::lock_guard<std::mutex> lock(g_mu);
     for (const Completed& c : g_completed) std::free(c.buffer);
     g_completed.clear();
@@ -77,10 +81,10 @@ class CuptiCapture final : public ActivityCapture {
 
   // Enables everything once (so a refusal shows at start), then idles.
   bool enable_all(std::string& why_not) {
-    CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
-    if (r == CUPTI_SUCCESS) r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+    CUptiResult r = api().activity_register_callbacks(buffer_requested, buffer_completed);
+    if (r == CUPTI_SUCCESS) r = api().activity_enable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
     for (CUpti_ActivityKind k : kTracedKinds)
-      if (r == CUPTI_SUCCESS) r = cuptiActivityEnable(k);
+      if (r == CUPTI_SUCCESS) r = api().activity_enable(k);
     if (r == CUPTI_SUCCESS) return true;
     why_not = "CUPTI could not start (" + result_text(r) + ")";
     if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
@@ -92,23 +96,23 @@ class CuptiCapture final : public ActivityCapture {
 
   void set_tracing(bool on) override {
     if (on == tracing_) return;
-    for (CUpti_ActivityKind k : kTracedKinds) on ? cuptiActivityEnable(k) : cuptiActivityDisable(k);
+    for (CUpti_ActivityKind k : kTracedKinds) on ? api().activity_enable(k) : api().activity_disable(k);
     tracing_ = on;
   }
   uint64_t now_ns() override {
     uint64_t t = 0;
-    cuptiGetTimestamp(&t);
+    api().get_timestamp(&t);
     return t;
   }
   void push_range(uint64_t id) override {
-    cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
+    api().activity_push_external_correlation_id(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
   }
   void pop_range() override {
     uint64_t last = 0;
-    cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
+    api().activity_pop_external_correlation_id(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
   }
   void flush(ActivityLog& log) override {
-    cuptiActivityFlushAll(0);
+    api().activity_flush_all(0);
     std::vector<Completed> done;
     {
       std::lock_guard<std::mutex> lock(g_mu);
@@ -116,7 +120,7 @@ class CuptiCapture final : public ActivityCapture {
     }
     for (const Completed& c : done) {
       CUpti_Activity* record = nullptr;
-      while (cuptiActivityGetNextRecord(c.buffer, c.valid, &record) == CUPTI_SUCCESS)
+      while (api().activity_get_next_record(c.buffer, c.valid, &record) == CUPTI_SUCCESS)
         decode_activity(record, log, api_name);
       std::free(c.buffer);
     }
@@ -132,6 +136,7 @@ class CuptiCapture final : public ActivityCapture {
 }  // namespace
 
 std::unique_ptr<ActivityCapture> ActivityCapture::start(std::string& why_not) {
+  if (!cupti_api(&why_not)) return nullptr;
   auto capture = std::make_unique<CuptiCapture>();
   if (!capture->enable_all(why_not)) return nullptr;
   return capture;

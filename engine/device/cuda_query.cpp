@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "profiler/cupti_api.h"
 #include "engine/device/device_info.h"
 
 #ifndef XRUN_CUDA_ARCHITECTURES
@@ -82,8 +83,9 @@ CudaInfo query_cuda() {
       cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS)
     info.cublas_loaded = major * 10000 + minor * 100 + patch;
   info.cupti_api_compiled = CUPTI_API_VERSION;
-  uint32_t cupti = 0;
-  if (cuptiGetVersion(&cupti) == CUPTI_SUCCESS) info.cupti_api_loaded = static_cast<int>(cupti);
+  uint32_t cupti = 0;  // CUPTI is loaded at run time: it may be absent (tracing is then off)
+  if (const profiler::CuptiApi* api = profiler::cupti_api())
+    if (api->get_version(&cupti) == CUPTI_SUCCESS) info.cupti_api_loaded = static_cast<int>(cupti);
 
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);

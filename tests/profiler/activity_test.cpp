@@ -12,6 +12,7 @@
 #include "profiler/activity.h"
 #include "profiler/activity_capture.h"
 #ifdef XRUN_HAVE_CUPTI
+#include "profiler/cupti_api.h"
 #include "profiler/cupti_records.h"
 #endif
 
@@ -336,6 +337,21 @@ TEST_CASE("CUPTI records built in memory decode into the log", "[profiler][activ
   CHECK(track_of.at("conv(float*)") == "GPU stream 13");
   CHECK(track_of.at("rt211") == "host");
   CHECK(track_of.at("drv211") == "host");
+}
+
+TEST_CASE("CUPTI is loaded at run time, every function found", "[profiler][activity][cupti]") {
+  // The binaries do not link libcupti (a machine without it still runs xrun);
+  // here the toolkit's is installed, so loading it must work, and no device
+  // is needed to ask its version.
+  std::string why;
+  const CuptiApi* api = cupti_api(&why);
+  INFO(why);
+  REQUIRE(api != nullptr);
+  CHECK(api->library.find("libcupti") != std::string::npos);
+  uint32_t version = 0;
+  REQUIRE(api->get_version(&version) == CUPTI_SUCCESS);
+  CHECK(version >= CUPTI_API_VERSION);
+  CHECK(cupti_api() == api);  // loaded once
 }
 
 TEST_CASE("CUPTI copy kinds map to directions and host memory", "[profiler][activity][cupti]") {
