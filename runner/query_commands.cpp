@@ -1,6 +1,7 @@
 // runner/query_commands.cpp: `xrun runs` (a table, CSV or JSON of runs with
 // their headline figures, filtered by --where) and `xrun show` (everything
 // stored about one run).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -17,6 +18,17 @@
 namespace xrun::cli {
 
 using nlohmann::json;
+
+namespace {
+// A demangled kernel name without its return type, template arguments and
+// parameters ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, ...>(...)" ->
+// "cudnn::bn_fw_tr_1C11_kernel_NCHW"); layer names pass unchanged.
+std::string short_kernel_name(const std::string& name) {
+  std::string n = name.rfind("void ", 0) == 0 ? name.substr(5) : name;
+  const size_t cut = n.find_first_of("<(");
+  return cut == std::string::npos || cut == 0 ? n : n.substr(0, cut);
+}
+}  // namespace
 
 int runs_command(const RunsArgs& args) {
   Filters filters;
@@ -214,12 +226,17 @@ int show_command(const ShowArgs& args) {
     if (!d.kernels.empty()) {
       double total = 0;
       for (const auto& k : d.kernels) total += k.total_ms;
-      o << "\ntop layers and kernels (time over the measured steps)\n";
-      for (size_t i = 0; i < d.kernels.size() && i < 15; ++i) {
-        const auto& k = d.kernels[i];
+      std::vector<KernelRecord> top = d.kernels;
+      std::stable_sort(top.begin(), top.end(), [](const KernelRecord& a, const KernelRecord& b) {
+        return a.total_ms > b.total_ms;
+      });
+      o << "\ntop layers and kernels (layers: time over the measured steps; GPU kernels: "
+           "over the CUPTI-traced steps)\n";
+      for (size_t i = 0; i < top.size() && i < 15; ++i) {
+        const auto& k = top[i];
         char line[256];
-        std::snprintf(line, sizeof line, "  %-28s %-9s %6lld calls %10.1f ms %6.1f%%\n",
-                      k.name.substr(0, 28).c_str(), k.phase.c_str(),
+        std::snprintf(line, sizeof line, "  %-40s %-9s %6lld calls %10.1f ms %6.1f%%\n",
+                      short_kernel_name(k.name).substr(0, 40).c_str(), k.phase.c_str(),
                       static_cast<long long>(k.calls), k.total_ms,
                       total > 0 ? 100.0 * k.total_ms / total : 0.0);
         o << line;
