@@ -278,8 +278,8 @@ namespace {
 
 // Every phase of the phases and kernels tables, in the order a step runs them.
 std::vector<std::string> phase_keys(const ReportData& data) {
-  std::vector<std::string> keys = {"data_wait", "h2d",   "forward", "backward",
-                                   "optimizer", "graph", "eval",    "checkpoint"};
+  std::vector<std::string> keys = {"data_wait", "h2d",   "forward", "backward",  "optimizer",
+                                   "sync",      "graph", "eval",    "checkpoint"};
   std::set<std::string> seen;
   for (const ReportRun& r : data.runs) {
     for (const PhaseRecord& p : r.detail.phases) seen.insert(p.phase);
@@ -295,20 +295,27 @@ size_t key_index(const std::vector<std::string>& keys, const std::string& key) {
   return static_cast<size_t>(std::find(keys.begin(), keys.end(), key) - keys.begin());
 }
 
-// One bar of a run's phase times: host (gpu = false) or device time.
+// Phases of a training step (eval and checkpoint happen between epochs).
+bool in_step(const PhaseRecord& p) { return p.phase != "eval" && p.phase != "checkpoint"; }
+
+// One bar of a run's phase times per step: host (gpu = false) time over the
+// measured steps, or device time over the CUPTI-traced steps.
 StackedBar phase_bar(const ReportRun& r, const std::vector<std::string>& keys, bool gpu) {
   StackedBar b{gpu ? r.name + " · GPU" : r.name, std::vector<double>(keys.size(), 0.0),
                std::vector<std::string>(keys.size())};
+  const RunSummary& s = r.detail.summary;
+  const int64_t steps = gpu && s.cupti_steps > 0 ? s.cupti_steps : s.measured_steps;
+  const double per_step = steps > 0 ? 1.0 / static_cast<double>(steps) : 1.0;
   double total = 0;
-  for (const PhaseRecord& p : r.detail.phases) total += gpu ? p.gpu_ms : p.host_ms;
+  for (const PhaseRecord& p : r.detail.phases)
+    if (in_step(p)) total += (gpu ? p.gpu_ms : p.host_ms) * per_step;
   for (const PhaseRecord& p : r.detail.phases) {
+    if (!in_step(p)) continue;
     const size_t k = key_index(keys, p.phase);
-    const double ms = gpu ? p.gpu_ms : p.host_ms;
+    const double ms = (gpu ? p.gpu_ms : p.host_ms) * per_step;
     b.values[k] = ms;
-    b.tips[k] = r.name + " " + p.phase + (gpu ? " (GPU): " : ": ") + short_number(ms) + " ms, " +
-                plural(static_cast<size_t>(p.calls), "call") + " (" +
-                short_number(p.calls > 0 ? ms / static_cast<double>(p.calls) : ms) + " ms each), " +
-                short_number(total > 0 ? 100.0 * ms / total : 0.0) + "%";
+    b.tips[k] = r.name + " " + p.phase + (gpu ? " (GPU): " : ": ") + short_number(ms) +
+                " ms per step, " + short_number(total > 0 ? 100.0 * ms / total : 0.0) + "%";
   }
   return b;
 }
@@ -322,8 +329,8 @@ bool has_gpu_times(const ReportRun& r) {
 
 std::string phases(const ReportData& data) {
   StackedBarChart c;
-  c.title = "Time per phase";
-  c.value_label = "time (ms)";
+  c.title = "Time per step, by phase";
+  c.value_label = "time per step (ms)";
   c.value_unit = " ms";
   c.keys = phase_keys(data);
   for (const ReportRun& r : data.runs) {
@@ -331,9 +338,9 @@ std::string phases(const ReportData& data) {
     c.bars.push_back(phase_bar(r, c.keys, false));
     if (has_gpu_times(r)) c.bars.push_back(phase_bar(r, c.keys, true));
   }
-  c.note = "Host wall time summed over the measured steps (eval and checkpoint over the whole run)";
+  c.note = "Host wall time per measured step (eval and checkpoint, between epochs, left out)";
   c.note += std::any_of(data.runs.begin(), data.runs.end(), has_gpu_times)
-                ? "; \"GPU\" bars: device time."
+                ? "; \"GPU\" bars: kernel and copy time per CUPTI-traced step."
                 : ".";
   c.empty_text = "No phase times stored in these runs.";
   return card("phases", "Phase breakdown", "Where each run's time goes, phase by phase.",

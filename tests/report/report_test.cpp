@@ -42,7 +42,9 @@ Held held(const store::Store& db) {
     }
     const auto d = db.get_run(info.uuid);
     for (const EpochRecord& e : d->epochs) h.accuracy_points += std::isfinite(e.test_accuracy);
-    for (const PhaseRecord& p : d->phases) h.phase_segments += (p.host_ms > 0) + (p.gpu_ms > 0);
+    for (const PhaseRecord& p : d->phases)  // eval and checkpoint are not step phases
+      if (p.phase != "eval" && p.phase != "checkpoint")
+        h.phase_segments += (p.host_ms > 0) + (p.gpu_ms > 0);
     h.kernel_bars += std::min<size_t>(d->kernels.size(), 10);
   }
   return h;
