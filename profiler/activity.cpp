@@ -105,7 +105,10 @@ Attribution ActivityLog::attribution_of(uint32_t correlation) {
     ++unattributed_;
     return {};
   }
-  return attribute(paths_->path(it->second));
+  auto known = attributions_.find(it->second);  // a path's attribution never changes
+  if (known == attributions_.end())
+    known = attributions_.emplace(it->second, attribute(paths_->path(it->second))).first;
+  return known->second;
 }
 
 void ActivityLog::close_step(uint64_t begin_ns, uint64_t end_ns, bool keep_trace,

@@ -145,6 +145,7 @@ class ActivityLog {
   std::map<std::pair<int, int>, MemcpyRecord> copy_totals_;  // (direction, memory)
   std::map<std::string, double> phase_gpu_ms_, layer_gpu_ms_;
   std::unordered_map<std::string, std::string> demangled_;
+  std::unordered_map<uint64_t, Attribution> attributions_;  // by range path id
   std::vector<StepActivity> steps_;
   std::vector<TraceEvent> trace_;
   int64_t unattributed_ = 0;
