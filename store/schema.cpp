@@ -62,6 +62,7 @@
 
 #include <sqlite3.h>
 
+#include <cctype>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -438,8 +439,41 @@ sqlite3* open_database(const std::string& path, int target_version) {
   return db;
 }
 
-sqlite3* open_read_only(const std::string& path, int& version) {
+namespace {
+
+// "file:" URI of a path, for SQLite's URI parameters (RFC 3986 escapes).
+std::string file_uri(const std::string& path) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string uri = "file:";
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || c == '/' || c == '.' || c == '-' || c == '_' || c == '~') {
+      uri += static_cast<char>(c);
+    } else {
+      uri += '%';
+      uri += hex[c >> 4];
+      uri += hex[c & 15];
+    }
+  }
+  return uri;
+}
+
+// A read-only handle whose first read has succeeded. A store in WAL mode
+// needs its -shm file, which SQLite cannot create in a read-only directory:
+// there the file is opened immutable (nothing written, no locks taken; what
+// a live writer has not checkpointed yet is not seen).
+sqlite3* open_readable(const std::string& path) {
   sqlite3* db = open_handle(path, SQLITE_OPEN_READONLY);
+  const int rc = sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr);
+  const int primary = rc & 0xff;
+  if (primary != SQLITE_CANTOPEN && primary != SQLITE_READONLY) return db;
+  sqlite3_close_v2(db);
+  return open_handle(file_uri(path) + "?immutable=1", SQLITE_OPEN_READONLY | SQLITE_OPEN_URI);
+}
+
+}  // namespace
+
+sqlite3* open_read_only(const std::string& path, int& version) {
+  sqlite3* db = open_readable(path);
   try {
     FileState s = read_state(db, path);
     if (s.objects == 0 && s.application_id == 0)
@@ -451,6 +485,24 @@ sqlite3* open_read_only(const std::string& path, int& version) {
     throw;
   }
   return db;
+}
+
+sqlite3* open_for_reading(const std::string& path) {
+  int version = 0;
+  sqlite3* db = open_read_only(path, version);
+  if (version >= latest_version()) return db;
+  sqlite3* copy = nullptr;
+  try {
+    copy = backup_open(db, path, ":memory:");
+    sqlite3_close_v2(db);
+    db = nullptr;
+    migrate(copy, path, latest_version());
+  } catch (...) {
+    sqlite3_close_v2(db);
+    sqlite3_close_v2(copy);
+    throw;
+  }
+  return copy;
 }
 
 void create_at_version(const std::string& path, int version) {

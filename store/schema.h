@@ -29,6 +29,12 @@ sqlite3* open_database(const std::string& path, int target_version);
 // handle (sqlite3_close_v2).
 sqlite3* open_read_only(const std::string& path, int& version);
 
+// Opens an existing store for the commands that only read (runs, show,
+// trace, export, report, compare): as open_read_only (immutable where the
+// directory is read-only), and an older schema is migrated forward in a
+// private in-memory copy. The file is never written.
+sqlite3* open_for_reading(const std::string& path);
+
 // For tests of the migration path: a store file at exactly `version`
 // (1..latest_version()), created or migrated forward, then closed.
 void create_at_version(const std::string& path, int version);

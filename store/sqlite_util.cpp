@@ -10,8 +10,23 @@
 
 namespace xrun::store::detail {
 
+// What a failure means to a user, for the codes a user can cause and fix.
+const char* plain_reason(int extended_code) {
+  switch (extended_code & 0xff) {
+    case SQLITE_READONLY: return "the store cannot be written (a read-only file or directory?): ";
+    case SQLITE_FULL: return "the disk is full: ";
+    case SQLITE_CANTOPEN: return "the file cannot be opened (a directory, or a missing folder?): ";
+    case SQLITE_IOERR: return "an I/O error (disk full or failing?): ";
+    case SQLITE_CORRUPT: return "the store is corrupt: ";
+    case SQLITE_NOTADB: return "not an SQLite database: ";
+    case SQLITE_BUSY: return "another process holds the store locked for too long: ";
+    default: return "";
+  }
+}
+
 [[noreturn]] void fail(sqlite3* db, const std::string& file, std::string_view sql) {
   std::string msg = file + ": ";
+  if (db) msg += plain_reason(sqlite3_extended_errcode(db));
   msg += db ? sqlite3_errmsg(db) : "out of memory";
   if (db) msg += " (sqlite error " + std::to_string(sqlite3_extended_errcode(db)) + ")";
   if (!sql.empty()) {
@@ -117,16 +132,22 @@ std::string Statement::text(int column) const {
 
 // --- Transaction ----------------------------------------------------------------
 
-Transaction::Transaction(sqlite3* db, const std::string& file) : db_(db), file_(file) {
-  exec(db_, file_, "BEGIN IMMEDIATE");
+Transaction::Transaction(sqlite3* db, const std::string& file)
+    : db_(db), file_(file), nested_(sqlite3_get_autocommit(db) == 0) {
+  exec(db_, file_, nested_ ? "SAVEPOINT xrun_nested" : "BEGIN IMMEDIATE");
 }
 
 Transaction::~Transaction() {
-  if (open_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  if (!open_) return;
+  if (nested_) {
+    sqlite3_exec(db_, "ROLLBACK TO xrun_nested; RELEASE xrun_nested", nullptr, nullptr, nullptr);
+  } else {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
 }
 
 void Transaction::commit() {
-  exec(db_, file_, "COMMIT");
+  exec(db_, file_, nested_ ? "RELEASE xrun_nested" : "COMMIT");
   open_ = false;
 }
 
@@ -160,7 +181,7 @@ bool has_rowid(sqlite3* db, const std::string& file, const std::string& table) {
   return st.text(1).find("WITHOUT ROWID") == std::string::npos;
 }
 
-void backup_database(sqlite3* source, const std::string& source_file,
+sqlite3* backup_open(sqlite3* source, const std::string& source_file,
                      const std::string& dest_path) {
   sqlite3* dest = nullptr;
   int rc = sqlite3_open_v2(dest_path.c_str(), &dest, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
@@ -184,7 +205,13 @@ void backup_database(sqlite3* source, const std::string& source_file,
     sqlite3_close_v2(dest);
     throw StoreError(msg);
   }
-  sqlite3_close_v2(dest);
+  sqlite3_extended_result_codes(dest, 1);
+  return dest;
+}
+
+void backup_database(sqlite3* source, const std::string& source_file,
+                     const std::string& dest_path) {
+  sqlite3_close_v2(backup_open(source, source_file, dest_path));
 }
 
 }  // namespace xrun::store::detail

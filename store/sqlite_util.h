@@ -68,7 +68,9 @@ class Statement {
 };
 
 // BEGIN IMMEDIATE (waits up to busy_timeout for the write lock); commit()
-// ends it; destroying it uncommitted rolls back and never throws.
+// ends it; destroying it uncommitted rolls back and never throws. Inside an
+// open transaction it is a savepoint instead, so writes nest: they become
+// durable only when the outermost transaction commits.
 class Transaction {
  public:
   Transaction(sqlite3* db, const std::string& file);
@@ -80,6 +82,7 @@ class Transaction {
  private:
   sqlite3* db_;
   std::string file_;
+  bool nested_ = false;
   bool open_ = true;
 };
 
@@ -99,6 +102,11 @@ bool has_rowid(sqlite3* db, const std::string& file, const std::string& table);
 // Copies the whole database behind `source` (opened from `source_file`) into
 // a new file at `dest_path` with the online backup API, page by page.
 void backup_database(sqlite3* source, const std::string& source_file,
+                     const std::string& dest_path);
+
+// As backup_database, but leaves the copy open and returns its handle (the
+// caller closes it); with dest_path ":memory:" a private in-memory copy.
+sqlite3* backup_open(sqlite3* source, const std::string& source_file,
                      const std::string& dest_path);
 
 }  // namespace xrun::store::detail

@@ -160,7 +160,6 @@ constexpr const char* kInfoColumns =
     " s.step_ms_p90, s.peak_memory_bytes, s.test_accuracy, s.final_loss, s.error";
 
 RunInfo read_info(const Statement& st) {
-  auto or_zero = [&](int c) { return st.is_null(c) ? 0.0 : st.real(c); };
   RunInfo r;
   r.id = st.int64(0);
   r.uuid = st.text(1);
@@ -178,10 +177,10 @@ RunInfo read_info(const Statement& st) {
   r.precision = st.text(13);
   r.cudnn_benchmark = st.text(14);
   r.workers = static_cast<int>(st.int64(15));
-  r.throughput = or_zero(16);
-  r.step_ms_median = or_zero(17);
-  r.step_ms_p10 = or_zero(18);
-  r.step_ms_p90 = or_zero(19);
+  r.throughput = st.real(16);  // NaN when the run stored no figures
+  r.step_ms_median = st.real(17);
+  r.step_ms_p10 = st.real(18);
+  r.step_ms_p90 = st.real(19);
   r.peak_memory_bytes = st.int64(20);
   r.test_accuracy = st.real(21);  // NaN when none
   r.final_loss = st.real(22);     // NaN when none
@@ -190,8 +189,7 @@ RunInfo read_info(const Statement& st) {
 }
 
 // Run columns list_runs can filter on directly; any other key is a parameter.
-const char* filter_column(const std::string& key) {
-  static const std::array<std::pair<const char*, const char*>, 9> columns = {{
+constexpr std::array<std::pair<const char*, const char*>, 9> kFilterColumns = {{
       {"status", "s.status"},
       {"label", "s.label"},
       {"device", "s.device"},
@@ -201,8 +199,10 @@ const char* filter_column(const std::string& key) {
       {"config_hash", "s.config_hash"},
       {"experiment_hash", "s.experiment_hash"},
       {"host", "s.host"},
-  }};
-  for (const auto& [name, column] : columns)
+}};
+
+const char* filter_column(const std::string& key) {
+  for (const auto& [name, column] : kFilterColumns)
     if (key == name) return column;
   return nullptr;
 }
@@ -239,8 +239,10 @@ RunStatus run_status_from_string(const std::string& s) {
 
 // --- Store: opening -------------------------------------------------------------------
 
-Store::Store(const std::string& path)
-    : path_(path), db_(detail::open_database(path, detail::latest_version())) {}
+Store::Store(const std::string& path, Access access)
+    : path_(path),
+      db_(access == Access::read_only ? detail::open_for_reading(path)
+                                      : detail::open_database(path, detail::latest_version())) {}
 
 Store::~Store() { sqlite3_close_v2(db_); }
 
@@ -258,6 +260,17 @@ std::string Store::begin_run(const NewRun& run) {
   const std::string uuid = detail::new_uuid();
   const std::string now = detail::now_iso8601();
   Transaction tx(db_, path_);
+
+  Statement live(db_, path_,
+                 "SELECT pid, uuid FROM runs WHERE config_hash = ?1 AND status = 'running'"
+                 " AND host = ?2 AND pid IS NOT NULL AND pid > 0 AND pid != ?3");
+  live.bind(1, run.config_hash).bind(2, detail::host_name()).bind(3, static_cast<int64_t>(getpid()));
+  while (live.step()) {
+    const int64_t pid = live.int64(0);
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)
+      throw RunInProgress(pid, live.text(1));
+  }
+  live.reset();
 
   Statement exp_insert(db_, path_,
                        "INSERT INTO experiments (name, file, description, first_seen)"
@@ -494,6 +507,21 @@ std::optional<std::string> Store::find_complete(const std::string& config_hash) 
   return st.text(0);
 }
 
+std::string Store::quick_check() const {
+  Statement st(db_, path_, "PRAGMA quick_check(5)");
+  std::string problems;
+  while (st.step()) {
+    const std::string line = st.text(0);
+    if (line != "ok") problems += (problems.empty() ? "" : "; ") + line;
+  }
+  return problems;
+}
+
+Store::Batch::Batch(Store& store)
+    : tx_(std::make_unique<detail::Transaction>(store.db_, store.path_)) {}
+Store::Batch::~Batch() = default;
+void Store::Batch::commit() { tx_->commit(); }
+
 int Store::mark_stale_runs_interrupted() {
   Transaction tx(db_, path_);
   Statement running(db_, path_, "SELECT id, pid FROM runs WHERE status = 'running' AND host = ?1");
@@ -545,6 +573,14 @@ std::vector<RunInfo> Store::list_runs(
   std::vector<RunInfo> out;
   while (st.step()) out.push_back(read_info(st));
   return out;
+}
+
+std::vector<std::string> Store::filter_keys() const {
+  std::vector<std::string> keys;
+  for (const auto& [name, column] : kFilterColumns) keys.emplace_back(name);
+  Statement st(db_, path_, "SELECT DISTINCT key FROM run_params ORDER BY key");
+  while (st.step()) keys.push_back(st.text(0));
+  return keys;
 }
 
 std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
@@ -599,7 +635,8 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
     d.config_json = st.text(2);
     d.host = st.text(3);
     d.pid = st.int64(4);
-    if (st.int64(5)) {  // a summary was stored
+    d.has_summary = st.int64(5) != 0;
+    if (d.has_summary) {
       RunSummary& s = d.summary;
       s.measured_steps = st.int64(6);
       s.measured_images = st.int64(7);

@@ -20,11 +20,26 @@ struct sqlite3;
 
 namespace xrun::store {
 
+namespace detail {
+class Transaction;
+}
+
 // Any SQLite failure, a foreign or corrupt file, a schema newer than this
 // build. what() names the file and the failing statement.
 class StoreError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// begin_run found another live xrun process on this host training the same
+// config (a `running` row whose process exists): the caller skips it.
+class RunInProgress : public std::runtime_error {
+ public:
+  RunInProgress(int64_t pid, const std::string& uuid)
+      : std::runtime_error("being trained by process " + std::to_string(pid) + " (" + uuid + ")"),
+        pid(pid), uuid(uuid) {}
+  int64_t pid;
+  std::string uuid;
 };
 
 enum class RunStatus { planned, running, complete, failed, interrupted };
@@ -64,7 +79,9 @@ struct RunInfo {
   std::string precision;
   std::string cudnn_benchmark;
   int workers = 0;
-  double throughput = 0;    // img/s, 0 when not complete
+  // NaN when the run stored no figures (failed or interrupted before its
+  // measured steps).
+  double throughput = 0;    // img/s
   double step_ms_median = 0, step_ms_p10 = 0, step_ms_p90 = 0;
   int64_t peak_memory_bytes = 0;
   double test_accuracy = 0; // NaN when none
@@ -81,6 +98,7 @@ struct RunDetail {
   std::map<std::string, std::string> params;
   Environment environment;
   RunSummary summary;
+  bool has_summary = false;  // false: the run ended before storing figures
   std::vector<EpochRecord> epochs;
   std::vector<PhaseRecord> phases;
   std::vector<KernelRecord> kernels;
@@ -95,10 +113,17 @@ struct RunDetail {
 
 class Store {
  public:
-  // Opens or creates the file, sets WAL and busy_timeout, migrates an older
-  // schema forward in one transaction. Throws StoreError for a file that is
-  // not an SQLite database, not an xrun store, or newer than this build.
-  explicit Store(const std::string& path);
+  enum class Access {
+    read_write,  // opens or creates, WAL, migrates the file forward
+    read_only,   // an existing store as it is: never written, never created;
+                 // works in a read-only directory; an older schema is
+                 // migrated in a private in-memory copy
+  };
+  // Opens the file (read_write: creating it if absent, WAL, busy_timeout,
+  // migrations in one transaction each). Throws StoreError for a file that
+  // is not an SQLite database, not an xrun store, or newer than this build,
+  // and (read_only) for an empty one.
+  explicit Store(const std::string& path, Access access = Access::read_write);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -108,7 +133,10 @@ class Store {
   static int latest_schema_version();
 
   // Runs. begin_run inserts the experiment if new and a run row with status
-  // running, the current host and pid, and returns its new UUID.
+  // running, the current host and pid, and returns its new UUID. Throws
+  // RunInProgress, writing nothing, when another live process on this host
+  // has a `running` row of the same config hash (checked under the write
+  // lock, so two processes given one sweep never train one config twice).
   std::string begin_run(const NewRun& run);
   void set_environment(const std::string& uuid, const Environment& env);
   void write_steps(const std::string& uuid, std::span<const StepRecord> steps);
@@ -126,9 +154,30 @@ class Store {
   std::vector<TraceEvent> get_trace(const std::string& uuid) const;
   // The cached choices for a device, by ConvAlgoRecord::key.
   std::map<std::string, ConvAlgoChoice> conv_algo_cache(const std::string& device_key) const;
+  // Groups every write made through this Store until commit() into one
+  // transaction (the write_* calls nest as savepoints), so a crash or an
+  // error between a run's tables never leaves part of them, nor a run marked
+  // complete without its results. Destroying it uncommitted rolls back.
+  class Batch {
+   public:
+    explicit Batch(Store& store);
+    ~Batch();
+    Batch(const Batch&) = delete;
+    Batch& operator=(const Batch&) = delete;
+    void commit();
+
+   private:
+    std::unique_ptr<detail::Transaction> tx_;
+  };
+
   // Ends a run: status, summary figures (for complete runs) and error text.
   void finish_run(const std::string& uuid, RunStatus status, const RunSummary& summary,
                   const std::string& error = "");
+
+  // PRAGMA quick_check: "" when the file is sound, else what SQLite found
+  // (first lines). Run before training, so a corrupt store is found before
+  // hours of work, not after.
+  std::string quick_check() const;
 
   // The UUID of a complete run with this config hash, if any.
   std::optional<std::string> find_complete(const std::string& config_hash) const;
@@ -140,6 +189,9 @@ class Store {
   // ("train.precision", "fp16"), ("label", "4090D-box"), ("status", "complete").
   std::vector<RunInfo> list_runs(
       const std::vector<std::pair<std::string, std::string>>& where = {}) const;
+  // Every key list_runs can filter on in this store: the run columns and the
+  // setting keys its runs have stored.
+  std::vector<std::string> filter_keys() const;
   // By integer id or a unique UUID prefix (at least 4 characters).
   // Throws StoreError when the prefix is ambiguous; nullopt when none matches.
   std::optional<RunDetail> get_run(const std::string& id_or_uuid) const;

@@ -110,7 +110,8 @@ TEST_CASE("begin_run writes a running run with host, pid, params and environment
   CHECK(d->info.precision == "fp16");
   CHECK(d->info.cudnn_benchmark == "true");
   CHECK(d->info.workers == 4);
-  CHECK(d->info.throughput == 0);
+  CHECK(std::isnan(d->info.throughput));  // no figures yet
+  CHECK_FALSE(d->has_summary);
   CHECK(d->info.started_at.size() == 24);
   CHECK(d->info.started_at.back() == 'Z');
   CHECK(d->info.finished_at.empty());
@@ -278,7 +279,8 @@ TEST_CASE("failed runs keep their error text and no summary", "[store][runs]") {
   CHECK(d->info.error == "CUDA out of memory");
   CHECK(d->summary.measured_steps == 0);
   CHECK(d->summary.throughput == 0);
-  CHECK(d->info.throughput == 0);
+  CHECK_FALSE(d->has_summary);
+  CHECK(std::isnan(d->info.throughput));  // shown as "-" and JSON null, never 0
   CHECK(d->info.batch_size == 512);  // from params
   CHECK_THROWS_AS(store.finish_run("nope", RunStatus::complete, RunSummary{}), StoreError);
 }
@@ -478,7 +480,7 @@ TEST_CASE("a full disk is a StoreError and loses no committed row", "[store][run
     many.push_back(s);
   }
   REQUIRE_THROWS_WITH(store.write_steps(uuid, many),
-                      Catch::StartsWith(path + ": database or disk is full") &&
+                      Catch::StartsWith(path + ": the disk is full: database or disk is full") &&
                           Catch::Contains("INSERT INTO steps"));
   // Nothing of the failed batch, everything from before.
   CHECK(store.get_steps(uuid).size() == 10);
