@@ -22,12 +22,17 @@ int plan_command(const PlanArgs& args);
 struct RunArgs {
   std::string file;
   std::string db;                 // "" = store.path from the file
-  std::vector<int> only;          // run indices; empty = all
+  std::vector<std::string> only_text;  // --only as given ("0", "3")
+  std::vector<int> only;          // run indices parsed from only_text; empty = all
   std::vector<std::string> sets;
   bool force = false;
   std::string nsys;  // --nsys [OUT]: run under Nsight Systems, report OUT ("" = not asked)
 };
 int run_command(const RunArgs& args);
+
+// --only's words -> run indices: each a whole non-negative number. "" when
+// they all are, else the message (`--only ''` is an error, not run 0).
+std::string parse_only(const std::vector<std::string>& words, std::vector<int>& indices);
 
 // `xrun run ... --nsys OUT`: replaces this process with
 //   nsys profile -t cuda,nvtx,cudnn,cublas --capture-range=cudaProfilerApi

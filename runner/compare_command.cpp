@@ -254,6 +254,7 @@ int compare_command(const CompareArgs& args) {
   try {
     std::unique_ptr<store::Store> db;
     if (!open_existing(args.db, db)) return kRunFailed;
+    if (!check_where_keys(*db, options.where)) return kUsage;
     const Comparison c = analysis::compare_runs(*db, options);
     if (c.groups.empty()) {
       explain_nothing_to_compare(c, args);

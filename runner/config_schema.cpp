@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -47,9 +48,9 @@ std::vector<KeySpec> build_keys() {
   std::vector<KeySpec> k;
   // --- top level ---
   k.push_back(K("name", T::string, "Experiment name; results are grouped under it.")
-                  .must().fixed().rule("non-empty, one line", check_name));
+                  .must().fixed().rule("non-empty", check_name).max_len(128));
   k.push_back(K("description", T::string, "Free text, shown by `plan`; not part of any hash.")
-                  .def("").fixed());
+                  .def("").fixed().free_text());
   // --- [model] ---
   k.push_back(K("model.arch", T::choice, "ResNet depth (torchvision layer shapes and names).")
                   .one_of({"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"})
@@ -159,13 +160,16 @@ std::vector<KeySpec> build_keys() {
   k.push_back(K("store.path", T::string, "SQLite result file, relative to the working directory.")
                   .def("xrun.db").fixed());
   k.push_back(K("store.label", T::string, "A name for this machine (\"4090D-box\"); \"\" = the host name.")
-                  .def("").fixed());
+                  .def("").fixed().max_len(128));
   return k;
 }
 
 // Optimal string alignment distance (Levenshtein with transpositions).
+// Names far apart in length are never close: answered without the table, so a
+// hostile 10 MB key costs nothing.
 int edit_distance(const std::string& a, const std::string& b) {
   const size_t n = a.size(), m = b.size();
+  if (n > m + 16 || m > n + 16) return static_cast<int>(std::max(n, m));
   std::vector<std::vector<int>> d(n + 1, std::vector<int>(m + 1));
   for (size_t i = 0; i <= n; ++i) d[i][0] = int(i);
   for (size_t j = 0; j <= m; ++j) d[0][j] = int(j);
@@ -308,6 +312,17 @@ std::string suggest(const std::string& unknown, bool tables, bool sweep_axes) {
   return best;
 }
 
+std::string closest_name(const std::string& unknown, const std::vector<std::string>& names) {
+  const int limit = std::max(2, static_cast<int>(unknown.size()) / 3);
+  std::string best;
+  int best_score = limit + 1;
+  for (const std::string& name : names) {
+    const int score = edit_distance(unknown, name);
+    if (score < best_score) best_score = score, best = name;
+  }
+  return best;
+}
+
 std::string format_number(double v) {
   if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
     char buf[32];
@@ -388,6 +403,17 @@ json check_value(const KeySpec& s, const toml::node& n) {
     case KeyType::string: {
       auto* v = n.as_string();
       if (!v) throw wrong_type();
+      const std::string& text = v->get();
+      if (text.size() > static_cast<size_t>(s.max_bytes))
+        problem(n, "expected at most " + std::to_string(s.max_bytes) + " bytes, found a string of " +
+                       std::to_string(text.size()));
+      for (unsigned char c : text)
+        if ((c < 0x20 || c == 0x7f) && !(s.multiline && (c == '\n' || c == '\t'))) {
+          char code[8];
+          std::snprintf(code, sizeof code, "\\u%04X", c);
+          problem(n, std::string("expected printable text, found a control character (") + code +
+                         ")" + (s.multiline ? "" : "; values are one line"));
+        }
       if (s.extra_check) {
         std::string want = s.extra_check(v->get());
         if (!want.empty()) problem(n, "expected " + want + ", found " + quoted(v->get()));
@@ -479,7 +505,11 @@ std::string allowed_doc(const KeySpec& s) {
       for (size_t i = 0; i < s.choices.size(); ++i) out += (i ? ", " : "") + code(quoted(s.choices[i]));
       if (s.type == KeyType::choice_list) out = "any of " + out;
       break;
-    case KeyType::string: out = s.pattern_doc; break;
+    case KeyType::string:
+      out = s.pattern_doc;
+      out += (out.empty() ? "" : "; ") + std::string("at most ") + std::to_string(s.max_bytes) +
+             " bytes" + (s.multiline ? "" : ", one line");
+      break;
     case KeyType::boolean_or_cached: out = "`true`, `false`, `\"cached\"`"; break;
     case KeyType::number_list: {
       std::vector<std::string> parts;

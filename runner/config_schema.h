@@ -45,6 +45,8 @@ struct KeySpec {
   int length = 0;                   // number_list: exact length (0 = any)
   std::string pattern_doc;          // string keys with an extra rule: allowed values, for docs
   std::string (*extra_check)(const std::string&) = nullptr;  // string keys: "" or what is expected
+  int max_bytes = 4096;     // string keys: longest value accepted (UTF-8 bytes)
+  bool multiline = false;   // string keys: newlines and tabs allowed (free text)
   bool required = false;
   bool run_setting = true;  // part of a run's resolved config (false: sweep.mode)
   bool sweepable = true;    // may be a sweep axis
@@ -58,6 +60,8 @@ struct KeySpec {
   KeySpec& at_most(double v) { range.max = v; range.max_open = false; return *this; }
   KeySpec& below(double v) { range.max = v; range.max_open = true; return *this; }
   KeySpec& len(int n) { length = n; return *this; }
+  KeySpec& max_len(int bytes) { max_bytes = bytes; return *this; }
+  KeySpec& free_text() { multiline = true; return *this; }
   KeySpec& rule(std::string doc_text, std::string (*check)(const std::string&)) {
     pattern_doc = std::move(doc_text); extra_check = check; return *this;
   }
@@ -80,6 +84,10 @@ const std::vector<std::string>& sections();
 // `tables` picks section names instead of keys; `sweep_axes` restricts keys
 // to sweepable run settings.
 std::string suggest(const std::string& unknown, bool tables, bool sweep_axes = false);
+
+// Closest of `names` to `unknown` by edit distance (with transpositions), or
+// "" when none is within max(2, length / 3) edits. For commands and columns.
+std::string closest_name(const std::string& unknown, const std::vector<std::string>& names);
 
 // A value that breaks a key's rule: the message and the node at fault (an
 // array element, or the value itself).

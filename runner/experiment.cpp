@@ -9,6 +9,8 @@
 #include <cstring>
 #include <tuple>
 
+#include <sys/stat.h>
+
 #include <toml++/toml.h>
 
 #include "runner/config_schema.h"
@@ -48,6 +50,8 @@ using detail::Setting;
 using detail::Settings;
 
 constexpr size_t kMaxRuns = 10000;
+// Largest experiment file read: real ones are a few KiB.
+constexpr size_t kMaxExperimentBytes = size_t{1} << 20;
 const std::string kSweep = "sweep";
 
 // A sweep axis: a run key and its values, each with its origin.
@@ -238,7 +242,9 @@ class Loader {
         if (parsed.size() != 1 || !parsed.contains("v")) fail(o, key, "expected one value after '='");
         value = parsed.get("v");
       } catch (const toml::parse_error& e) {
-        if (!bare_word(text)) fail(o, key, "cannot read the value: " + std::string(e.description()));
+        if (!bare_word(text))
+          fail(o, key, "cannot read the value as TOML (" + std::string(e.description()) +
+                           "); put text in quotes: --set '" + key + "=\"...\"'");
         value = &word;
       }
 
@@ -287,6 +293,10 @@ class Loader {
           fail(a.origin, join(kSweep, a.key),
                "zip axes need the same number of values: " + axes_[0].key + " has " + std::to_string(count) +
                    ", " + a.key + " has " + std::to_string(a.values.size()));
+      if (count > kMaxRuns)
+        fail(axes_[0].origin, join(kSweep, axes_[0].key),
+             "the zip has " + std::to_string(count) + " runs, more than " + std::to_string(kMaxRuns) +
+                 "; sweep fewer values");
     } else {
       for (auto& a : axes_) {
         count *= a.values.size();
@@ -351,16 +361,30 @@ Plan load_plan_from_string(const std::string& toml_text, const std::string& disp
 }
 
 Plan load_plan(const std::string& path, const PlanOptions& options) {
+  const Origin at{path, 0, 0, ""};
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    fail(at, "", std::string("cannot read the experiment file: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) fail(at, "", "is a directory, not an experiment file (give the .toml file)");
+  if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode))
+    fail(at, "", "is not a regular file (a device or socket); give the .toml file");
   std::string text;
   errno = 0;
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail(Origin{path, 0, 0, ""}, "", std::string("cannot read the experiment file: ") + std::strerror(errno));
+  if (!f) fail(at, "", std::string("cannot read the experiment file: ") + std::strerror(errno));
+  // Read at most one byte past the cap: a huge file (or a pipe that never
+  // ends) is refused without being held in memory.
   char buf[65536];
   size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  while (text.size() <= kMaxExperimentBytes &&
+         (n = std::fread(buf, 1, std::min(sizeof buf, kMaxExperimentBytes + 1 - text.size()), f)) > 0)
+    text.append(buf, n);
   int err = std::ferror(f) ? errno : 0;
   std::fclose(f);
-  if (err) fail(Origin{path, 0, 0, ""}, "", std::string("cannot read the experiment file: ") + std::strerror(err));
+  if (err) fail(at, "", std::string("cannot read the experiment file: ") + std::strerror(err));
+  if (text.size() > kMaxExperimentBytes)
+    fail(at, "", "the file is larger than " + std::to_string(kMaxExperimentBytes >> 10) +
+                     " KiB; an experiment file is a short TOML file (is this the right file?)");
   return load_plan_from_string(text, path, options);
 }
 

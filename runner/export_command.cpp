@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runner/atomic_file.h"
 #include "runner/commands.h"
 #include "runner/output.h"
 #include "store/store.h"
@@ -250,28 +251,19 @@ bool check_choices(const ExportArgs& args) {
   return true;
 }
 
-// Writes the export to args.output and says so; a file an error left half
-// written is removed.
+// Writes the export to args.output (whole or not at all: an existing file
+// keeps its bytes when an error stops the export) and says so.
 int export_to_file(const store::Store& db, const std::vector<store::RunInfo>& runs,
                    const ExportArgs& args) {
-  std::ofstream file(args.output, std::ios::trunc);
-  if (!file) {
-    std::cerr << "xrun: cannot write " << args.output << " (" << std::strerror(errno) << ")\n";
-    return kRunFailed;
-  }
-  std::error_code ec;
   size_t rows = 0;
   try {
-    rows = export_table(db, runs, args, file);
-    file.close();
-  } catch (...) {
-    file.close();
-    std::filesystem::remove(args.output, ec);
+    AtomicFile file(args.output);
+    rows = export_table(db, runs, args, file.stream());
+    file.commit();
+  } catch (const store::StoreError&) {
     throw;
-  }
-  if (!file) {
-    std::cerr << "xrun: writing " << args.output << " failed (disk full?)\n";
-    std::filesystem::remove(args.output, ec);
+  } catch (const std::runtime_error& e) {
+    std::cerr << "xrun: " << e.what() << "\n";
     return kRunFailed;
   }
   std::cout << rows << " row(s) of " << args.table << " from " << runs.size()
@@ -287,6 +279,7 @@ int export_command(const ExportArgs& args) {
   try {
     std::unique_ptr<store::Store> db;
     if (!open_existing(args.db, db)) return kRunFailed;
+    if (!check_where_keys(*db, filters)) return kUsage;
     const std::vector<store::RunInfo> runs = db->list_runs(filters);
     if (!args.output.empty()) return export_to_file(*db, runs, args);
     export_table(*db, runs, args, std::cout);

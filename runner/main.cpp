@@ -4,12 +4,33 @@
 // compare, report, export, doctor (and the hidden `keys --markdown`, which
 // prints the experiment-key reference).
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <algorithm>
 #include <iostream>
 
 #include "engine/device/doctor.h"
 #include "runner/commands.h"
+#include "runner/config_schema.h"
 #include "runner/experiment.h"
 #include "xrun_version.h"
+
+namespace {
+
+// Standard output flushed and checked: a write error (a full disk, a closed
+// file) is a failure, not a silent exit 0.
+int finish_output(int code) {
+  std::cout.flush();
+  errno = 0;
+  const bool failed = !std::cout || std::fflush(stdout) != 0 || std::ferror(stdout);
+  if (!failed) return code;
+  std::cerr << "xrun: writing to standard output failed"
+            << (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string()) << "\n";
+  return code == xrun::cli::kOk ? xrun::cli::kRunFailed : code;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace xrun::cli;
@@ -30,7 +51,7 @@ int main(int argc, char** argv) {
   auto* run_cmd = app.add_subcommand("run", "Train every planned run and store the results");
   run_cmd->add_option("file", run.file, "Experiment file (TOML)")->required();
   run_cmd->add_option("--db", run.db, "Result store (default: store.path from the file, xrun.db)");
-  run_cmd->add_option("--only", run.only, "Run only these indices, e.g. 0,3,5")->delimiter(',');
+  run_cmd->add_option("--only", run.only_text, "Run only these indices, e.g. 0,3,5")->delimiter(',');
   run_cmd->add_option("--set", run.sets, "Override a key before the sweep expands: KEY=VALUE (a TOML value)");
   run_cmd->add_flag("--force", run.force, "Run again runs that are already complete in the store");
   run_cmd->add_option("--nsys", run.nsys,
@@ -39,6 +60,11 @@ int main(int argc, char** argv) {
       ->expected(0, 1)
       ->default_str("xrun-report");
   run_cmd->callback([&] {
+    if (const std::string problem = parse_only(run.only_text, run.only); !problem.empty()) {
+      std::cerr << "xrun: " << problem << "\n";
+      code = kUsage;
+      return;
+    }
     if (run_cmd->count("--nsys") > 0) {
       if (run.nsys.empty()) run.nsys = "xrun-report";
       code = run_under_nsys(run);
@@ -114,7 +140,7 @@ int main(int argc, char** argv) {
   auto* doctor_cmd = app.add_subcommand("doctor", "What this machine can train on: driver, CUDA, cuDNN, cuBLAS, CUPTI, GPUs, CPU, oneDNN");
   doctor_cmd->add_flag("--json", doctor_json, "Print as JSON");
   doctor_cmd->add_option("--require", require, "Exit 1 unless this is available (cuda)");
-  doctor_cmd->callback([&] { code = xrun::run_doctor(std::cout, doctor_json, require); });
+  doctor_cmd->callback([&] { code = xrun::run_doctor(std::cout, std::cerr, doctor_json, require); });
 
   bool markdown = false;
   auto* keys_cmd = app.add_subcommand("keys", "Print the experiment-file key reference");
@@ -122,11 +148,29 @@ int main(int argc, char** argv) {
   keys_cmd->add_flag("--markdown", markdown, "Markdown (the only format)");
   keys_cmd->callback([&] { std::cout << xrun::schema_markdown(); });
 
+  // A first word that is no option and no command: say so (CLI11 would say
+  // "A subcommand is required").
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+      if (!sub->get_group().empty()) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), word) == names.end() && word != "keys") {
+      std::string list;
+      for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+      std::cerr << "xrun: unknown command '" << word << "'";
+      const std::string near = xrun::schema::closest_name(word, names);
+      if (!near.empty()) std::cerr << "; did you mean '" << near << "'?";
+      std::cerr << " (commands: " << list << "; xrun --help)\n";
+      return kUsage;
+    }
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? kOk : kUsage;
   }
-  return code;
+  return finish_output(code);
 }

@@ -1,10 +1,17 @@
 // runner/output.cpp: see output.h.
 #include "runner/output.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
+
+#include "runner/commands.h"
+#include "runner/config_schema.h"
 
 namespace xrun::cli {
 
@@ -16,6 +23,23 @@ bool parse_where(const std::vector<std::string>& where, Filters& out) {
       return false;
     }
     out.emplace_back(w.substr(0, eq), w.substr(eq + 1));
+  }
+  return true;
+}
+
+bool check_where_keys(const store::Store& db, const Filters& filters) {
+  if (filters.empty()) return true;
+  std::vector<std::string> known = db.filter_keys();
+  for (const schema::KeySpec& k : schema::keys())
+    if (k.run_setting) known.push_back(k.key);
+  for (const auto& [key, value] : filters) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::cerr << "xrun: --where " << key << "=" << value << ": unknown key '" << key << "'";
+    const std::string near = schema::closest_name(key, known);
+    if (!near.empty()) std::cerr << "; did you mean '" << near << "'?";
+    std::cerr << " (a column: status, label, device, experiment, uuid, device_name, host, "
+                 "config_hash, experiment_hash; or a setting such as train.batch_size)\n";
+    return false;
   }
   return true;
 }
@@ -35,11 +59,96 @@ std::string mib(int64_t bytes) {
   return bytes > 0 ? fixed(static_cast<double>(bytes) / (1 << 20), 0) + " MiB" : "-";
 }
 
+namespace {
+
+bool is_number(const std::string& s) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+// One code point of UTF-8 at s[i]: its value, and i moved past it (an
+// invalid byte reads as itself, one byte long).
+char32_t next_code_point(const std::string& s, size_t& i) {
+  const auto b = static_cast<unsigned char>(s[i]);
+  const int len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 1;
+  if (i + static_cast<size_t>(len) > s.size()) return static_cast<char32_t>(s[i++] & 0xff);
+  char32_t cp = len == 1 ? b : b & (0x7f >> len);
+  for (int k = 1; k < len; ++k) cp = cp << 6 | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+  i += static_cast<size_t>(len);
+  return cp;
+}
+
+// Terminal columns of a code point: 2 for East Asian wide and emoji ranges,
+// 0 for combining marks, else 1.
+int columns(char32_t c) {
+  if ((c >= 0x300 && c <= 0x36f) || (c >= 0x200b && c <= 0x200f)) return 0;
+  const bool wide = (c >= 0x1100 && c <= 0x115f) || (c >= 0x2e80 && c <= 0xa4cf) ||
+                    (c >= 0xac00 && c <= 0xd7a3) || (c >= 0xf900 && c <= 0xfaff) ||
+                    (c >= 0xfe30 && c <= 0xfe4f) || (c >= 0xff00 && c <= 0xff60) ||
+                    (c >= 0xffe0 && c <= 0xffe6) || (c >= 0x1f300 && c <= 0x1f64f) ||
+                    (c >= 0x1f900 && c <= 0x1f9ff) || (c >= 0x20000 && c <= 0x3fffd);
+  return wide ? 2 : 1;
+}
+
+}  // namespace
+
 std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  // A text cell a spreadsheet would run as a formula gets a leading quote
+  // (numbers such as -1.5 stay as they are).
+  const bool formula = !s.empty() && std::strchr("=+-@\t\r", s[0]) != nullptr && !is_number(s);
+  const std::string v = formula ? "'" + s : s;
+  if (v.find_first_of(",\"\r\n") == std::string::npos) return v;
   std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  for (char c : v) q += c == '"' ? std::string("\"\"") : std::string(1, c);
   return q + "\"";
+}
+
+int open_run(const std::string& db_path, const std::string& ref, const char* command,
+             std::unique_ptr<store::Store>& db, std::optional<store::RunDetail>& run) {
+  if (const std::string problem = run_ref_problem(ref); !problem.empty()) {
+    std::cerr << "xrun: " << command << ": " << problem << "\n";
+    return kUsage;
+  }
+  if (!open_existing(db_path, db)) return kRunFailed;
+  run = db->get_run(ref);
+  if (!run) {
+    std::cerr << "xrun: no run '" << ref << "' in " << db_path << " (`xrun runs` lists them)\n";
+    return kRunFailed;
+  }
+  return kOk;
+}
+
+std::string run_ref_problem(const std::string& ref) {
+  const bool digits = !ref.empty() && ref.size() <= 18 &&
+                      std::all_of(ref.begin(), ref.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const bool uuid_prefix = ref.size() >= 4 && ref.size() <= 36 &&
+                           std::all_of(ref.begin(), ref.end(), [](char c) {
+                             return std::isxdigit(static_cast<unsigned char>(c)) || c == '-';
+                           });
+  if (digits || uuid_prefix) return "";
+  return "'" + ref + "' is not a run: give its id (a number) or at least the first 4 characters "
+         "of its UUID; `xrun runs` lists them";
+}
+
+size_t display_width(const std::string& s) {
+  size_t width = 0;
+  for (size_t i = 0; i < s.size();) width += static_cast<size_t>(columns(next_code_point(s, i)));
+  return width;
+}
+
+std::string fit(const std::string& s, size_t width) {
+  std::string out;
+  size_t used = 0;
+  for (size_t i = 0; i < s.size();) {
+    const size_t start = i;
+    const auto w = static_cast<size_t>(columns(next_code_point(s, i)));
+    if (used + w > width) break;
+    out.append(s, start, i - start);
+    used += w;
+  }
+  return out + std::string(width - used, ' ');
 }
 
 json run_json(const store::RunInfo& r) {
@@ -69,13 +178,18 @@ json run_json(const store::RunInfo& r) {
           {"error", r.error}};
 }
 
-// Opens an existing store for reading; a missing file is an error, not a new store.
+// Opens an existing store read-only; a missing file is an error, not a new store.
 bool open_existing(const std::string& path, std::unique_ptr<store::Store>& db) {
-  if (!std::filesystem::exists(path)) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
     std::cerr << "xrun: no result store at " << path << " (run an experiment, or pass --db)\n";
     return false;
   }
-  db = std::make_unique<store::Store>(path);
+  if (std::filesystem::is_directory(path, ec)) {
+    std::cerr << "xrun: " << path << " is a directory, not a result store file (pass --db FILE)\n";
+    return false;
+  }
+  db = std::make_unique<store::Store>(path, store::Store::Access::read_only);
   return true;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,11 @@ using Filters = std::vector<std::pair<std::string, std::string>>;
 // returns false on the first malformed one.
 bool parse_where(const std::vector<std::string>& where, Filters& out);
 
+// Each filter's key is a run column or a setting (of the schema, or stored
+// in `db`); otherwise prints "unknown key" with the closest known one and
+// returns false (exit 2: a typo must not silently match nothing).
+bool check_where_keys(const store::Store& db, const Filters& filters);
+
 // Opens an existing store for reading; a missing file is an error (printed),
 // not a new store.
 bool open_existing(const std::string& path, std::unique_ptr<store::Store>& db);
@@ -28,7 +34,24 @@ bool open_existing(const std::string& path, std::unique_ptr<store::Store>& db);
 nlohmann::json number_or_null(double v);
 std::string fixed(double v, int digits);  // "-" for NaN/inf
 std::string mib(int64_t bytes);           // "123 MiB", "-" for 0
+// `show` and `trace`: checks `ref` (run_ref_problem), opens the store
+// read-only and finds the run, printing what went wrong. Returns the exit
+// code: kOk with `db` and `run` set, kUsage or kRunFailed.
+int open_run(const std::string& db_path, const std::string& ref, const char* command,
+             std::unique_ptr<store::Store>& db, std::optional<store::RunDetail>& run);
+
+// "" when `ref` can name a run (an id, or a UUID prefix of at least 4 hex
+// characters); otherwise the message for a usage error.
+std::string run_ref_problem(const std::string& ref);
+
+// A CSV cell (RFC 4180 quoting); text a spreadsheet would take for a formula
+// (=, +, -, @, tab, CR first, and not a number) gets a leading ' .
 std::string csv_field(const std::string& s);
+// Terminal columns `s` takes (UTF-8; wide East Asian characters count 2).
+size_t display_width(const std::string& s);
+// `s` cut to at most `width` columns on a character boundary, then padded
+// with spaces to exactly `width` columns: for aligned tables of any text.
+std::string fit(const std::string& s, size_t width);
 nlohmann::json run_json(const store::RunInfo& r);
 
 }  // namespace xrun::cli

@@ -36,6 +36,7 @@ int runs_command(const RunsArgs& args) {
   try {
     std::unique_ptr<store::Store> db;
     if (!open_existing(args.db, db)) return kRunFailed;
+    if (!check_where_keys(*db, filters)) return kUsage;
     const auto runs = db->list_runs(filters);
     if (args.format == "json") {
       json out = json::array();
@@ -63,10 +64,11 @@ int runs_command(const RunsArgs& args) {
                   "experiment", "#", "status", "label", "device", "batch", "precision", "img/s",
                   "step ms", "acc %");
       for (const auto& r : runs)
-        std::printf("%4lld  %-8s  %-16s %4d  %-11s %-14s %-7s %6d %-9s %9s %9s %7s\n",
+        // Text of any script is cut and padded by terminal columns, not bytes.
+        std::printf("%4lld  %-8s  %s %4d  %-11s %s %-7s %6d %-9s %9s %9s %7s\n",
                     static_cast<long long>(r.id), r.uuid.substr(0, 8).c_str(),
-                    r.experiment.substr(0, 16).c_str(), r.sweep_index, r.status.c_str(),
-                    r.label.substr(0, 14).c_str(), r.device.c_str(), r.batch_size,
+                    fit(r.experiment, 16).c_str(), r.sweep_index, r.status.c_str(),
+                    fit(r.label, 14).c_str(), r.device.c_str(), r.batch_size,
                     r.precision.c_str(), r.throughput > 0 ? fixed(r.throughput, 1).c_str() : "-",
                     r.step_ms_median > 0 ? fixed(r.step_ms_median, 1).c_str() : "-",
                     fixed(100.0 * r.test_accuracy, 2).c_str());
@@ -82,13 +84,8 @@ int runs_command(const RunsArgs& args) {
 int show_command(const ShowArgs& args) {
   try {
     std::unique_ptr<store::Store> db;
-    if (!open_existing(args.db, db)) return kRunFailed;
-    const auto detail = db->get_run(args.run);
-    if (!detail) {
-      std::cerr << "xrun: no run '" << args.run << "' in " << args.db
-                << " (give an id or a UUID prefix; `xrun runs` lists them)\n";
-      return kRunFailed;
-    }
+    std::optional<store::RunDetail> detail;
+    if (const int rc = open_run(args.db, args.run, "show", db, detail); rc != kOk) return rc;
     const store::RunDetail& d = *detail;
     const store::RunInfo& r = d.info;
     if (args.json) {
@@ -135,23 +132,30 @@ int show_command(const ShowArgs& args) {
       << "  label        " << r.label << "   host " << d.host << " (pid " << d.pid << ")\n"
       << "  device       " << r.device << " (" << r.device_name << ")\n"
       << "  hashes       config " << r.config_hash << "   experiment " << r.experiment_hash
-      << "\n\nsummary\n"
-      << "  throughput   " << fixed(d.summary.throughput, 1) << " img/s over "
-      << d.summary.measured_steps << " measured steps (" << d.summary.measured_images
-      << " images, " << fixed(d.summary.measured_seconds, 2) << " s)\n"
-      << "  step time    median " << fixed(d.summary.step_ms_median, 2) << " ms, p10 "
-      << fixed(d.summary.step_ms_p10, 2) << ", p90 " << fixed(d.summary.step_ms_p90, 2)
-      << ", mean " << fixed(d.summary.step_ms_mean, 2) << " +- "
-      << fixed(d.summary.step_ms_stddev, 2) << "\n";
-    if (d.summary.step_outliers > 0)
-      o << "  warning      " << d.summary.step_outliers
-        << " step time outlier(s) (beyond 5 MADs of the median): another process, throttling?\n";
-    o << "  data wait    " << fixed(100.0 * d.summary.data_wait_fraction, 1)
-      << "% of measured step time\n"
-      << "  memory       peak " << mib(d.summary.peak_memory_bytes) << "\n"
-      << "  final loss   " << fixed(d.summary.final_loss, 4) << "   test accuracy "
-      << fixed(100.0 * d.summary.test_accuracy, 2) << "%   steps stored " << d.step_count
-      << "\n";
+      << "\n\nsummary\n";
+    if (!d.has_summary) {
+      o << "  -            no figures: the run ended (" << r.status
+        << ") before storing any; steps stored " << d.step_count << "\n";
+    } else {
+      o << "  throughput   " << fixed(d.summary.throughput, 1) << " img/s over "
+        << d.summary.measured_steps << " measured steps (" << d.summary.measured_images
+        << " images, " << fixed(d.summary.measured_seconds, 2) << " s)\n"
+        << "  step time    median " << fixed(d.summary.step_ms_median, 2) << " ms, p10 "
+        << fixed(d.summary.step_ms_p10, 2) << ", p90 " << fixed(d.summary.step_ms_p90, 2)
+        << ", mean " << fixed(d.summary.step_ms_mean, 2) << " +- "
+        << fixed(d.summary.step_ms_stddev, 2) << "\n";
+      if (d.summary.step_outliers > 0)
+        o << "  warning      " << d.summary.step_outliers
+          << " step time outlier(s) (beyond 5 MADs of the median): another process, throttling?\n";
+      o << "  data wait    " << fixed(100.0 * d.summary.data_wait_fraction, 1)
+        << "% of measured step time\n"
+        << "  memory       peak " << mib(d.summary.peak_memory_bytes) << "\n"
+        << "  final loss   " << fixed(d.summary.final_loss, 4) << "   test accuracy "
+        << (std::isfinite(d.summary.test_accuracy)
+                ? fixed(100.0 * d.summary.test_accuracy, 2) + "%"
+                : std::string("-"))
+        << "   steps stored " << d.step_count << "\n";
+    }
     if (!d.findings.empty()) {
       o << "\nfindings\n";
       for (const auto& f : d.findings) o << "  [" << f.check << "] " << f.message << "\n";

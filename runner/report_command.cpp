@@ -4,6 +4,7 @@
 // (runner/report/report.h) and writes it; the store is only read.
 #include <iostream>
 
+#include "runner/atomic_file.h"
 #include "runner/commands.h"
 #include "runner/output.h"
 #include "runner/report/report.h"
@@ -18,6 +19,7 @@ int report_command(const ReportArgs& args) {
   try {
     std::unique_ptr<store::Store> db;
     if (!open_existing(args.db, db)) return kRunFailed;
+    if (!check_where_keys(*db, options.where)) return kUsage;
     const report::ReportData data = report::gather_report(*db, options);
     if (data.runs.empty()) {
       std::cerr << "xrun: no runs in " << args.db
@@ -26,7 +28,7 @@ int report_command(const ReportArgs& args) {
       return kRunFailed;
     }
     const std::string html = report::render_report(data);
-    report::write_file_atomically(args.output, html);
+    write_file_atomically(args.output, html);
     std::cout << "wrote " << args.output << ": " << data.runs.size() << " run(s) from " << args.db
               << ", " << (html.size() + 1023) / 1024 << " KiB\n";
     return kOk;

@@ -4,12 +4,15 @@
 // it (steps stored from a background writer as they finish, epochs as they
 // end), and finalises the row as complete, failed or interrupted. A failed run
 // does not stop the sweep; Ctrl-C stops it after the current step.
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <set>
 
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
 #include "engine/data/dataset.h"
 #include "engine/device/device_info.h"
@@ -26,25 +29,44 @@ namespace xrun::cli {
 namespace {
 
 std::atomic<int> g_interrupts{0};
+std::atomic<int> g_signal{0};  // the first stop signal received
 
-void on_sigint(int) {
+// Ctrl-C (SIGINT), and SIGTERM and SIGHUP (what `timeout`, Slurm and `docker
+// stop` send, and a closed terminal): stop after the current step and store
+// the run as interrupted.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+void on_stop_signal(int sig) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, sig);
   if (g_interrupts.fetch_add(1) >= 1) {
-    // Second Ctrl-C: stop now. The run row stays `running`; the next
+    // A second signal: stop now. The run row stays `running`; the next
     // `xrun run` marks it interrupted.
-    std::signal(SIGINT, SIG_DFL);
-    std::raise(SIGINT);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
   }
 }
 
-// Installs the Ctrl-C handler for the lifetime of a `run` command.
+// Installs the stop-signal handlers for the lifetime of a `run` command.
 struct InterruptGuard {
-  void (*previous)(int);
+  void (*previous[std::size(kStopSignals)])(int);
   InterruptGuard() {
     g_interrupts = 0;
-    previous = std::signal(SIGINT, on_sigint);
+    g_signal = 0;
+    for (size_t i = 0; i < std::size(kStopSignals); ++i)
+      previous[i] = std::signal(kStopSignals[i], on_stop_signal);
   }
-  ~InterruptGuard() { std::signal(SIGINT, previous); }
+  ~InterruptGuard() {
+    for (size_t i = 0; i < std::size(kStopSignals); ++i) std::signal(kStopSignals[i], previous[i]);
+  }
 };
+
+// The exit code of an interrupted `xrun run`: 128 + the signal, as a shell
+// reports a process that signal ended (130 for Ctrl-C, 143 for SIGTERM).
+int interrupted_exit_code() {
+  const int sig = g_signal.load();
+  return sig > 0 ? 128 + sig : kInterrupted;
+}
 
 PlanOptions plan_options(const std::vector<std::string>& sets) {
   PlanOptions o;
@@ -79,6 +101,41 @@ store::NewRun new_run(const Plan& plan, const RunSpec& spec, const RunConfig& cf
   return r;
 }
 
+// Files a run writes besides the store: train.checkpoint and its optimizer
+// companion. "" when every selected run's are safe to write; otherwise what
+// is wrong. A checkpoint never replaces the store (or its -wal/-shm), the
+// experiment file, a directory, or an existing file that is not an xrun
+// checkpoint.
+std::string check_output_paths(const Plan& plan, const std::vector<const RunSpec*>& selected,
+                               const std::string& db_path) {
+  namespace fs = std::filesystem;
+  auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    return fs::equivalent(a, b, ec) ||
+           fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+  };
+  for (const RunSpec* spec : selected) {
+    const std::string ckpt = spec->config.at("train").at("checkpoint").get<std::string>();
+    if (ckpt.empty()) continue;
+    const std::string where = "run #" + std::to_string(spec->index) + ": train.checkpoint = \"" +
+                              ckpt + "\"";
+    for (const std::string& target : {ckpt, optimizer_state_path(ckpt)}) {
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"})
+        if (same(target, db_path + suffix))
+          return where + " would overwrite the result store " + db_path + "; choose another file";
+      if (same(target, plan.file))
+        return where + " would overwrite the experiment file " + plan.file + "; choose another file";
+      std::error_code ec;
+      if (fs::is_directory(target, ec))
+        return where + ": " + target + " is a directory; give a file name (run.safetensors)";
+      if (fs::exists(target, ec) && !is_xrun_checkpoint(target))
+        return where + ": " + target + " exists and is not an xrun checkpoint; refusing to " +
+               "overwrite it (move it away or choose another file)";
+    }
+  }
+  return "";
+}
+
 struct Outcome {
   store::RunStatus status;
   std::string line;  // for the final table
@@ -90,7 +147,14 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
   const RunConfig cfg = to_run_config(spec.config);
   display.begin_run(position, count, spec.index, short_hash(spec.config_hash), swept_text(spec));
   const store::NewRun row = new_run(plan, spec, cfg);
-  const std::string uuid = db.begin_run(row);
+  std::string uuid;
+  try {
+    uuid = db.begin_run(row);
+  } catch (const store::RunInProgress& e) {
+    const std::string line = std::string(e.what()) + " on this host, skipped";
+    display.end_run(line);
+    return {store::RunStatus::running, line};
+  }
   // Convolution algorithm choices are shared by runs on the same card,
   // driver and cuDNN version (cudnn_benchmark = "cached").
   const Environment& env0 = row.environment;
@@ -128,6 +192,7 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
   try {
     TrainResult result = train(cfg, ev, context);
     steps.flush();
+    store::Store::Batch batch(db);  // the results and the status land together or not at all
     db.write_phases(uuid, result.phases);
     db.write_kernels(uuid, result.layers);
     db.write_kernels(uuid, result.kernels);
@@ -141,6 +206,7 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     db.write_findings(uuid, findings);
     db.write_trace(uuid, result.trace);
     db.finish_run(uuid, store::RunStatus::complete, result.summary);
+    batch.commit();
     char line[256];
     std::snprintf(line, sizeof line, "complete: %.1f img/s (median step %.1f ms)%s",
                   result.summary.throughput, result.summary.step_ms_median,
@@ -171,9 +237,51 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
 
 }  // namespace
 
+std::string parse_only(const std::vector<std::string>& words, std::vector<int>& indices) {
+  indices.clear();
+  for (const std::string& w : words) {
+    const bool digits = !w.empty() && w.size() <= 9 &&
+                        std::all_of(w.begin(), w.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits)
+      return "--only '" + w + "': expected run indices from `xrun plan`, e.g. --only 0,3,5";
+    indices.push_back(std::stoi(w));
+  }
+  return "";
+}
+
+// Why `xrun run` cannot train on `device` here ("" when it can): no GPU the
+// CUDA engine can use, or an index past this machine's GPUs.
+std::string device_problem(const std::string& device) {
+  if (device.rfind("cuda", 0) != 0) return "";
+  if (!xrun::cuda_engine_available())
+    return "device " + device + " needs a GPU that this build's CUDA engine can run on " +
+           "(see `xrun doctor`)";
+  if (device.size() > 5 && device[4] == ':') {
+    const size_t gpus = query_cuda().gpus.size();
+    if (std::stoul(device.substr(5)) >= gpus)
+      return "device " + device + ": this machine has " + std::to_string(gpus) + " GPU(s), cuda:0" +
+             (gpus > 1 ? "..cuda:" + std::to_string(gpus - 1) : "");
+  }
+  return "";
+}
+
 int plan_command(const PlanArgs& args) {
   try {
-    const Plan plan = load_plan(args.file, plan_options(args.sets));
+    PlanOptions options = plan_options(args.sets);
+    // `plan` refuses what `run` would refuse here, except a missing GPU: a
+    // GPU sweep may be planned on a laptop, with a note that says so.
+    const bool have_gpu = xrun::cuda_engine_available();
+    options.device_check = [have_gpu](const nlohmann::json&, const std::string& device) {
+      return have_gpu ? device_problem(device) : std::string();
+    };
+    Plan plan = load_plan(args.file, options);
+    if (!have_gpu)
+      for (const RunSpec& r : plan.runs)
+        if (const std::string why = device_problem(r.config.at("train").at("device").get<std::string>());
+            !why.empty()) {
+          plan.notices.push_back("`xrun run` on this machine would refuse it: " + why);
+          break;
+        }
     std::cout << format_plan(plan, args.json);
     return kOk;
   } catch (const ExperimentError& e) {
@@ -185,11 +293,8 @@ int plan_command(const PlanArgs& args) {
 int run_command(const RunArgs& args) {
   Plan plan;
   PlanOptions options = plan_options(args.sets);
-  options.device_check = [](const nlohmann::json&, const std::string& device) -> std::string {
-    if (device.rfind("cuda", 0) == 0 && !xrun::cuda_engine_available())
-      return "device " + device + " needs a GPU that this build's CUDA engine can run on " +
-             "(see `xrun doctor`)";
-    return "";
+  options.device_check = [](const nlohmann::json&, const std::string& device) {
+    return device_problem(device);
   };
   try {
     plan = load_plan(args.file, options);
@@ -215,12 +320,23 @@ int run_command(const RunArgs& args) {
   const std::string db_path =
       !args.db.empty() ? args.db : plan.runs.front().config.at("store").at("path").get<std::string>();
 
+  if (std::string problem = check_output_paths(plan, selected, db_path); !problem.empty()) {
+    std::cerr << "xrun: " << problem << "\n";
+    return kUsage;
+  }
+
   ProgressDisplay display(stderr);
   for (const std::string& notice : plan.notices) display.message(notice);
   std::vector<std::pair<const RunSpec*, Outcome>> outcomes;
   bool failed = false, interrupted = false;
   try {
     store::Store db(db_path);
+    if (const std::string problems = db.quick_check(); !problems.empty()) {
+      std::cerr << "xrun: store: " << db_path << " is damaged (" << problems
+                << "); nothing trained. Keep a copy, then recover what SQLite can with "
+                << "`sqlite3 " << db_path << " .recover | sqlite3 recovered.db`\n";
+      return kRunFailed;
+    }
     if (int stale = db.mark_stale_runs_interrupted())
       display.message(std::to_string(stale) + " run(s) left running by an ended xrun process " +
                       "marked interrupted");
@@ -255,7 +371,7 @@ int run_command(const RunArgs& args) {
   for (const auto& [spec, o] : outcomes)
     std::printf("  #%-3d %s  %-11s %s\n", spec->index, short_hash(spec->config_hash).c_str(),
                 store::to_string(o.status), o.line.c_str());
-  if (interrupted) return kInterrupted;
+  if (interrupted) return interrupted_exit_code();
   return failed ? kRunFailed : kOk;
 }
 

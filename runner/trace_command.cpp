@@ -15,34 +15,26 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runner/atomic_file.h"
 #include "runner/commands.h"
+#include "runner/output.h"
 #include "store/store.h"
 
 namespace xrun::cli {
 
 int trace_command(const TraceArgs& args) {
   try {
-    if (!std::filesystem::exists(args.db)) {
-      std::cerr << "xrun: no result store at " << args.db << " (run an experiment, or pass --db)\n";
-      return kRunFailed;
-    }
-    store::Store db(args.db);
-    const auto run = db.get_run(args.run);
-    if (!run) {
-      std::cerr << "xrun: no run '" << args.run << "' in " << args.db << "\n";
-      return kRunFailed;
-    }
-    const std::vector<TraceEvent> events = db.get_trace(run->info.uuid);
+    std::unique_ptr<store::Store> db;
+    std::optional<store::RunDetail> run;
+    if (const int rc = open_run(args.db, args.run, "trace", db, run); rc != kOk) return rc;
+    const std::vector<TraceEvent> events = db->get_trace(run->info.uuid);
     if (events.empty()) {
       std::cerr << "xrun: run " << run->info.id << " has no trace: run it with "
                 << "--set profile.cupti=\"trace\" (profile.trace_steps measured steps are kept)\n";
       return kRunFailed;
     }
-    std::ofstream out(args.output, std::ios::trunc);
-    if (!out) {
-      std::cerr << "xrun: cannot write " << args.output << "\n";
-      return kRunFailed;
-    }
+    AtomicFile file(args.output);  // a full disk leaves no truncated JSON
+    std::ostream& out = file.stream();
     using nlohmann::json;
     // Tracks become threads, numbered as met: host tracks in process 1, GPU
     // stream tracks in process 2.
@@ -81,15 +73,14 @@ int trace_command(const TraceArgs& args) {
       }
     }
     out << "\n]}\n";
-    out.close();
-    if (!out) {
-      std::cerr << "xrun: writing " << args.output << " failed\n";
-      return kRunFailed;
-    }
+    file.commit();
     std::printf("%zu events of run %lld written to %s\n", events.size(),
                 static_cast<long long>(run->info.id), args.output.c_str());
     return kOk;
   } catch (const store::StoreError& e) {
+    std::cerr << "xrun: " << e.what() << "\n";
+    return kRunFailed;
+  } catch (const std::runtime_error& e) {  // the output file
     std::cerr << "xrun: " << e.what() << "\n";
     return kRunFailed;
   }

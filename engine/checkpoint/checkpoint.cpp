@@ -37,6 +37,15 @@ int64_t step_of(const SafetensorsFile& f) {
 
 }  // namespace
 
+bool is_xrun_checkpoint(const std::string& path) {
+  try {
+    const SafetensorsFile f = SafetensorsFile::open(path);
+    return f.metadata().count(kStepKey) > 0;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 std::string optimizer_state_path(const std::string& path) {
   const std::string ext = ".safetensors";
   if (path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0)

@@ -26,6 +26,11 @@ struct CheckpointState {
 // "run.safetensors" -> "run.optim.safetensors".
 std::string optimizer_state_path(const std::string& checkpoint_path);
 
+// Whether `path` is a file xrun wrote as a checkpoint (or its optimizer
+// companion): a valid safetensors file with xrun's metadata. False for a
+// missing, foreign or malformed file; never throws.
+bool is_xrun_checkpoint(const std::string& path);
+
 // Writes both files (each atomically; the step is recorded in both).
 void save_checkpoint(const std::string& path, const ResNet& model, Backend& backend,
                      OptimizerOp& optimizer, const CheckpointState& state);

@@ -29,7 +29,9 @@ bool is_gzip(const std::vector<uint8_t>& bytes) {
   return bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b;
 }
 
-std::vector<uint8_t> gunzip(const std::vector<uint8_t>& gz, const std::string& path) {
+std::vector<uint8_t> gunzip(const std::vector<uint8_t>& gz, const std::string& path,
+                            size_t limit) {
+  const size_t cap = limit == std::numeric_limits<size_t>::max() ? limit : limit + 1;
   std::vector<uint8_t> out;
   // The trailer's ISIZE (size mod 2^32) of the last member is a good first guess.
   size_t guess = gz.size() * 4;
@@ -39,14 +41,15 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& gz, const std::string& p
     // Deflate expands at most ~1032:1; a larger ISIZE is garbage, not a size.
     guess = std::max(guess, std::min(isize, gz.size() * 1032));
   }
-  out.resize(std::max<size_t>(guess, 1024));
+  out.resize(std::min(std::max<size_t>(guess, 1024), cap));
 
   z_stream zs{};
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw DataError(path + ": zlib init failed");
   size_t in_pos = 0, out_pos = 0;
   int rc = Z_OK;
   for (;;) {
-    if (out_pos == out.size()) out.resize(out.size() * 2);
+    if (out_pos == cap) break;  // past the limit: the caller sees limit + 1 bytes
+    if (out_pos == out.size()) out.resize(std::min(out.size() * 2, cap));
     const size_t in_chunk = std::min<size_t>(gz.size() - in_pos, std::numeric_limits<uInt>::max());
     const size_t out_chunk = std::min<size_t>(out.size() - out_pos, std::numeric_limits<uInt>::max());
     zs.next_in = const_cast<Bytef*>(gz.data() + in_pos);

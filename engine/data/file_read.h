@@ -3,7 +3,9 @@
 // are DataError naming the file.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -16,7 +18,10 @@ std::vector<uint8_t> read_file_bytes(const std::string& path);
 bool is_gzip(const std::vector<uint8_t>& bytes);
 
 // Decompresses gzip data (all members); `path` only names the file in
-// errors (corrupt or truncated stream).
-std::vector<uint8_t> gunzip(const std::vector<uint8_t>& gz, const std::string& path);
+// errors (corrupt or truncated stream). Stops after `limit` + 1 bytes, so a
+// caller that knows the size to expect never holds more than one byte past
+// it (a small file that inflates to gigabytes costs nothing).
+std::vector<uint8_t> gunzip(const std::vector<uint8_t>& gz, const std::string& path,
+                            size_t limit = std::numeric_limits<size_t>::max());
 
 }  // namespace xrun::data

@@ -39,16 +39,46 @@ struct IdxFile {
   bool gzipped = false;
 };
 
+// Bytes the header of `head` (a file's first bytes) says the whole file has,
+// saturating instead of wrapping; 0 when the magic or the header is missing.
+uint64_t size_from_header(const std::vector<uint8_t>& head, uint32_t magic) {
+  const size_t ndims = magic & 0xff;
+  const size_t header = 4 + 4 * ndims;
+  if (head.size() < header || be32(head.data()) != magic) return 0;
+  constexpr uint64_t kHuge = uint64_t{1} << 62;
+  uint64_t payload = 1;
+  for (size_t i = 0; i < ndims; ++i) {
+    const uint32_t d = be32(head.data() + 4 + 4 * i);
+    payload = d != 0 && payload > kHuge / d ? kHuge : payload * d;
+  }
+  return header + payload;
+}
+
 // Reads `dir/name` or `dir/name.gz`, whichever exists, gunzipping by magic.
-IdxFile read_idx(const std::string& dir, const std::string& name) {
+// A gzipped file is inflated only as far as its header says it reaches (one
+// byte more, to see that it is too long), and a header claiming more than
+// deflate can expand the file to is refused before any allocation.
+IdxFile read_idx(const std::string& dir, const std::string& name, uint32_t magic) {
   std::error_code ec;
   for (const std::string& candidate : {name, name + ".gz"}) {
     const fs::path p = fs::path(dir) / candidate;
     if (!fs::is_regular_file(p, ec)) continue;
     IdxFile f{p.string(), read_file_bytes(p.string())};
     if (is_gzip(f.bytes)) {
-      f.bytes = gunzip(f.bytes, f.path);
       f.gzipped = true;
+      const size_t header = 4 + 4 * (magic & 0xff);
+      std::vector<uint8_t> head = gunzip(f.bytes, f.path, header);
+      const uint64_t expected = size_from_header(head, magic);
+      if (expected == 0) {  // no valid header: parse_header says what is wrong
+        f.bytes = std::move(head);
+        return f;
+      }
+      constexpr uint64_t kDeflateMaxRatio = 1032;
+      if (expected > f.bytes.size() * kDeflateMaxRatio + header)
+        throw DataError(f.path + ": the IDX header (offset 4) gives dimensions of " +
+                        std::to_string(expected) + " bytes, more than a gzip file of " +
+                        std::to_string(f.bytes.size()) + " bytes can hold (corrupt or hostile file)");
+      f.bytes = gunzip(f.bytes, f.path, static_cast<size_t>(expected));
     }
     return f;
   }
@@ -98,13 +128,15 @@ class Idx final : public Dataset {
                       std::to_string(channels_));
     std::error_code ec;
     if (!fs::is_directory(dir, ec))
-      throw DataError("idx: directory '" + dir + "' does not exist; it should hold "
+      throw DataError("idx: data.path '" + dir + "' " +
+                      (fs::exists(dir, ec) ? "is a file, not a directory" : "does not exist") +
+                      "; it should be a directory holding "
                       "train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte "
                       "and t10k-labels-idx1-ubyte (plain or .gz), e.g. Fashion-MNIST from the "
-                      "Debian/Ubuntu package dataset-fashion-mnist");
+                      "Debian/Ubuntu package dataset-fashion-mnist (/usr/share/datasets/fashion-mnist)");
     const std::string prefix = split == Split::train ? "train" : "t10k";
-    IdxFile images = read_idx(dir, prefix + "-images-idx3-ubyte");
-    IdxFile labels = read_idx(dir, prefix + "-labels-idx1-ubyte");
+    IdxFile images = read_idx(dir, prefix + "-images-idx3-ubyte", kImagesMagic);
+    IdxFile labels = read_idx(dir, prefix + "-labels-idx1-ubyte", kLabelsMagic);
     const auto idims = parse_header(images, kImagesMagic, "images");
     const auto ldims = parse_header(labels, kLabelsMagic, "labels");
     if (idims[0] != ldims[0])

@@ -3,6 +3,7 @@
 // answers whether the required device is usable.
 #include "engine/device/doctor.h"
 
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -177,11 +178,10 @@ void print_text(std::ostream& out, const CudaInfo& cuda, const CpuInfo& cpu,
 
 }  // namespace
 
-int run_doctor(std::ostream& out, bool json, const std::string& require) {
+int run_doctor(std::ostream& out, std::ostream& err, bool json, const std::string& require) {
   if (!require.empty() && require != "cpu" && require != "cuda") {
-    const std::string msg = "unknown required device \"" + require + "\" (expected cpu or cuda)";
-    if (json) out << nlohmann::json{{"error", msg}}.dump(2) << "\n";
-    else out << "error: " << msg << "\n";
+    // A usage error: said on standard error, never mixed into the report.
+    err << "xrun: doctor --require " << require << ": unknown device (expected cpu or cuda)\n";
     return 2;
   }
   const CudaInfo cuda = query_cuda();
@@ -202,7 +202,7 @@ int run_doctor(std::ostream& out, bool json, const std::string& require) {
   print_text(out, cuda, cpu, unusable);
   if (!require.empty()) {
     out << "\n";
-    if (rc != 0) out << "Required device cuda is not usable: " << unusable << ".\n";
+    if (rc != 0) err << "xrun: required device cuda is not usable: " << unusable << "\n";
     else out << "Required device " << require << " is available.\n";
   }
   return rc;

@@ -10,8 +10,8 @@ namespace xrun {
 
 // Prints the report to `out` (JSON with the same facts when `json`).
 // `require`: "" or "cpu" -> 0 (the CPU is always there); "cuda" -> 0 when a
-// usable GPU is present, else 1 with a line saying why; anything else -> 2
-// with a message.
-int run_doctor(std::ostream& out, bool json, const std::string& require);
+// usable GPU is present, else 1 with a line on `err` saying why; anything
+// else -> 2 with a message on `err` and no report.
+int run_doctor(std::ostream& out, std::ostream& err, bool json, const std::string& require);
 
 }  // namespace xrun

@@ -282,24 +282,4 @@ std::string render_report(const ReportData& data) {
          escape(data.store_path) + ".</footer></main></body></html>\n";
 }
 
-void write_file_atomically(const std::string& path, const std::string& html) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
-    out << html;
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw std::runtime_error("cannot write " + path + ": " + ec.message());
-  }
-}
-
 }  // namespace xrun::report

@@ -14,9 +14,5 @@ namespace xrun::report {
 // The whole page.
 std::string render_report(const ReportData& data);
 
-// Writes `html` to `path` through a temporary file in the same directory,
-// renamed into place, so a failed write never leaves half a report. Throws
-// std::runtime_error naming the file and the reason.
-void write_file_atomically(const std::string& path, const std::string& html);
 
 }  // namespace xrun::report

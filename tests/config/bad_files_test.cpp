@@ -115,7 +115,7 @@ TEST_CASE("a missing or unreadable file names the file and the OS error", "[conf
     load_plan(source_path("tests/config/bad"), cpu_options());
     FAIL("no error raised");
   } catch (const ExperimentError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("Is a directory"));
+    CHECK_THAT(e.what(), Catch::Contains("tests/config/bad: is a directory, not an experiment file"));
   }
 }
 

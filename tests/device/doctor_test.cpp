@@ -15,13 +15,14 @@ namespace {
 
 struct Report {
   int rc;
-  std::string text;
+  std::string text;   // the report (standard output)
+  std::string error;  // standard error
 };
 
 Report doctor(bool json, const std::string& require) {
-  std::ostringstream out;
-  int rc = run_doctor(out, json, require);
-  return {rc, out.str()};
+  std::ostringstream out, err;
+  int rc = run_doctor(out, err, json, require);
+  return {rc, out.str(), err.str()};
 }
 
 bool cuda_usable(const CudaInfo& c) {
@@ -73,16 +74,18 @@ TEST_CASE("doctor --require", "[device]") {
     CHECK_THAT(cuda.text, Catch::Contains("Required device cuda is available."));
   } else {
     CHECK(cuda.rc == 1);
-    CHECK_THAT(cuda.text, Catch::Contains("Required device cuda is not usable: "));
+    CHECK_THAT(cuda.error, Catch::Contains("required device cuda is not usable: "));
   }
 
+  // A usage error goes to standard error only, in either format.
   const Report bad = doctor(false, "tpu");
   CHECK(bad.rc == 2);
-  CHECK_THAT(bad.text, Catch::Contains("unknown required device \"tpu\""));
+  CHECK(bad.text.empty());
+  CHECK_THAT(bad.error, Catch::Contains("--require tpu: unknown device"));
   const Report bad_json = doctor(true, "gpu");
   CHECK(bad_json.rc == 2);
-  CHECK_THAT(nlohmann::json::parse(bad_json.text).at("error").get<std::string>(),
-             Catch::Contains("\"gpu\""));
+  CHECK(bad_json.text.empty());
+  CHECK_THAT(bad_json.error, Catch::Contains("--require gpu: unknown device"));
 }
 
 TEST_CASE("doctor JSON report", "[device]") {

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "report_test_util.h"
+#include "runner/atomic_file.h"
 #include "runner/report/report.h"
 #include "runner/report/svg_chart.h"
 
@@ -144,7 +145,7 @@ TEST_CASE("headless Chromium renders the report: no console errors, charts paint
   report_test::build_store(dir.file("sweep.db"));
   xrun::store::Store db(dir.file("sweep.db"));
   const std::string html_path = dir.file("report.html");
-  xrun::report::write_file_atomically(
+  xrun::write_file_atomically(
       html_path, xrun::report::render_report(xrun::report::gather_report(db, {})));
   const std::string png_path = dir.file("report.png");
   const std::string console = screenshot(browser, dir, html_path, png_path);

@@ -1,0 +1,36 @@
+// runner/atomic_file.h: output files (trace, report, export) written under a
+// temporary name beside the target and renamed over it once complete, so an
+// error half-way (a full disk, Ctrl-C) never leaves a truncated file and an
+// existing file keeps its bytes until the new one is whole.
+#pragma once
+
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+namespace xrun {
+
+class AtomicFile {
+ public:
+  // Creates the temporary file (PATH.tmp-XXXXXX). Throws std::runtime_error
+  // "cannot write PATH: why" when the directory is missing or read-only.
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();  // removes the temporary file unless committed; never throws
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  std::ostream& stream() { return out_; }
+  // Flushes, syncs and renames over the target. Throws std::runtime_error
+  // naming the target and the OS error (the temporary file is removed).
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  std::ofstream out_;
+  bool done_ = false;
+};
+
+// The whole of `text` into `path` through an AtomicFile.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+}  // namespace xrun
