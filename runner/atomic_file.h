@@ -4,8 +4,9 @@
 // existing file keeps its bytes until the new one is whole.
 #pragma once
 
-#include <fstream>
+#include <ostream>
 #include <stdexcept>
+#include <streambuf>
 #include <string>
 
 namespace xrun {
@@ -21,12 +22,31 @@ class AtomicFile {
 
   std::ostream& stream() { return out_; }
   // Flushes, syncs and renames over the target. Throws std::runtime_error
-  // naming the target and the OS error (the temporary file is removed).
+  // naming the target and the OS error ("the disk is full"); the temporary
+  // file is removed.
   void commit();
 
  private:
+  // write(2) under a buffer, keeping the first errno, which std::ofstream
+  // does not report.
+  class FdBuffer : public std::streambuf {
+   public:
+    int fd = -1;
+    int error = 0;
+    bool drain();
+
+   protected:
+    int_type overflow(int_type c) override;
+    int sync() override { return drain() ? 0 : -1; }
+
+   private:
+    char data_[1 << 16];
+    friend class AtomicFile;
+  };
+
   std::string path_, tmp_;
-  std::ofstream out_;
+  FdBuffer buffer_;
+  std::ostream out_;
   bool done_ = false;
 };
 

@@ -186,7 +186,9 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
   };
   ev.progress = [&](const Progress& p) { display.update(p); };
   ev.message = [&](const std::string& m) { display.message(m); };
-  ev.stop_requested = [] { return g_interrupts.load() > 0; };
+  // A stop signal, or a store that can no longer take the steps (disk full):
+  // no point training on when nothing it produces can be kept.
+  ev.stop_requested = [&steps] { return g_interrupts.load() > 0 || steps.failing(); };
 
   RunSummary empty;
   try {
@@ -320,6 +322,11 @@ int run_command(const RunArgs& args) {
   const std::string db_path =
       !args.db.empty() ? args.db : plan.runs.front().config.at("store").at("path").get<std::string>();
 
+  if (std::error_code ec; std::filesystem::is_directory(db_path, ec)) {
+    std::cerr << "xrun: --db " << db_path << " is a directory; give a file (" << db_path
+              << "/xrun.db)\n";
+    return kUsage;
+  }
   if (std::string problem = check_output_paths(plan, selected, db_path); !problem.empty()) {
     std::cerr << "xrun: " << problem << "\n";
     return kUsage;

@@ -62,7 +62,12 @@
 
 #include <sqlite3.h>
 
+#include <unistd.h>
+
 #include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -420,6 +425,16 @@ sqlite3* open_handle(const std::string& path, int flags) {
   return db;
 }
 
+// A store in a read-only place: SQLite says "unable to open database file"
+// (it cannot create the WAL's -shm beside it); say what it means.
+void refuse_if_read_only(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (::access(path.c_str(), W_OK) != 0 || ::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
+    throw StoreError(path + ": the store cannot be written: its file or directory is read-only (" +
+                     std::strerror(errno) + "); the read-only commands (runs, show, export, "
+                     "report, compare) can still read it");
+}
+
 }  // namespace
 
 sqlite3* open_database(const std::string& path, int target_version) {
@@ -427,7 +442,14 @@ sqlite3* open_database(const std::string& path, int target_version) {
     throw StoreError(path + ": no schema version " + std::to_string(target_version));
   sqlite3* db = open_handle(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   try {
-    FileState s = read_state(db, path);
+    FileState s;
+    try {
+      s = read_state(db, path);
+    } catch (const StoreError&) {
+      const int code = sqlite3_errcode(db);
+      if (code == SQLITE_CANTOPEN || code == SQLITE_READONLY) refuse_if_read_only(path);
+      throw;
+    }
     validate(s, path);  // before anything writes to the file
     enable_wal(db, path);
     exec(db, path, "PRAGMA foreign_keys = ON");

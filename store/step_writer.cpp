@@ -5,6 +5,7 @@
 // per BEGIN IMMEDIATE transaction with one prepared statement. A failed batch
 // is rolled back and its error kept for the next flush() to rethrow; later
 // batches are still attempted.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -43,6 +44,7 @@ struct StepWriter::Impl {
   int flushers = 0;
   bool stop = false;
   std::exception_ptr error;  // first error not yet rethrown by flush()
+  std::atomic<bool> failing{false};  // a batch has failed (disk full, I/O error)
   std::thread thread;
 };
 
@@ -76,6 +78,7 @@ void StepWriter::Impl::loop() {
         std::lock_guard<std::mutex> g(m);
         handled += n;
         if (failed && !error) error = failed;
+        if (failed) failing = true;
       }
       done.notify_all();
     }
@@ -116,6 +119,8 @@ void StepWriter::push(const StepRecord& step) {
   }
   if (full) impl_->wake.notify_one();
 }
+
+bool StepWriter::failing() const { return impl_->failing.load(); }
 
 void StepWriter::flush() {
   std::unique_lock<std::mutex> lock(impl_->m);

@@ -508,11 +508,22 @@ std::optional<std::string> Store::find_complete(const std::string& config_hash) 
 }
 
 std::string Store::quick_check() const {
-  Statement st(db_, path_, "PRAGMA quick_check(5)");
   std::string problems;
-  while (st.step()) {
-    const std::string line = st.text(0);
-    if (line != "ok") problems += (problems.empty() ? "" : "; ") + line;
+  try {
+    Statement st(db_, path_, "PRAGMA quick_check(5)");
+    while (st.step()) {
+      // One row may hold several lines; "*** in database main ***" heads them.
+      std::string text = st.text(0) + "\n";
+      for (size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos;
+           start = end + 1) {
+        const std::string line = text.substr(start, end - start);
+        if (line.empty() || line == "ok" || line.rfind("***", 0) == 0) continue;
+        problems += (problems.empty() ? "" : "; ") + line;
+      }
+    }
+  } catch (const StoreError& e) {  // damage the check itself trips over
+    if (sqlite3_errcode(db_) != SQLITE_CORRUPT && sqlite3_errcode(db_) != SQLITE_NOTADB) throw;
+    problems += (problems.empty() ? "" : "; ") + std::string(sqlite3_errmsg(db_));
   }
   return problems;
 }

@@ -213,6 +213,9 @@ class StepWriter {
   void push(const StepRecord& step);  // cheap; never touches SQLite
   void flush();                       // blocks until everything pushed is written;
                                       // rethrows a write error from the thread
+  // True once a batch has failed (a full disk): the caller stops training,
+  // since nothing more it produces can be stored.
+  bool failing() const;
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -88,6 +88,45 @@ inline std::string source_path(const std::string& relative) {
   return std::string(XRUN_SOURCE_DIR) + "/" + relative;
 }
 
+// A directory made read-only for the test's lifetime, as a user's would be.
+// Root ignores permission bits, so as root it is a read-only bind mount of
+// the directory onto itself; otherwise its mode is set to 0555. `ok()` is
+// false (and why() says why) where neither is possible: the test then skips.
+class ReadOnlyDir {
+ public:
+  explicit ReadOnlyDir(const std::string& dir) : dir_(dir) {
+    if (::geteuid() == 0) {
+      const std::string q = "'" + dir + "'";
+      mounted_ = std::system(("mount --bind " + q + " " + q + " 2>/dev/null && mount -o remount,bind,ro " +
+                              q + " " + q + " 2>/dev/null").c_str()) == 0;
+      if (!mounted_) {
+        std::system(("umount " + q + " 2>/dev/null").c_str());
+        why_ = "cannot bind-mount " + dir + " read-only here";
+      }
+    } else {
+      std::filesystem::permissions(dir, std::filesystem::perms::owner_write |
+                                            std::filesystem::perms::group_write |
+                                            std::filesystem::perms::others_write,
+                                   std::filesystem::perm_options::remove);
+      chmodded_ = true;
+    }
+  }
+  ~ReadOnlyDir() {
+    if (mounted_) std::system(("umount '" + dir_ + "' 2>/dev/null").c_str());
+    if (chmodded_)
+      std::filesystem::permissions(dir_, std::filesystem::perms::owner_write,
+                                   std::filesystem::perm_options::add);
+  }
+  ReadOnlyDir(const ReadOnlyDir&) = delete;
+  ReadOnlyDir& operator=(const ReadOnlyDir&) = delete;
+  bool ok() const { return mounted_ || chmodded_; }
+  const std::string& why() const { return why_; }
+
+ private:
+  std::string dir_, why_;
+  bool mounted_ = false, chmodded_ = false;
+};
+
 inline std::string xrun_binary() { return std::string(XRUN_BINARY_DIR) + "/runner/xrun"; }
 
 // A tiny CPU experiment file: resnet18 on 16x16 synthetic images, batch 16,

@@ -3,10 +3,17 @@
 // exit code, and raw SQL on the store it wrote.
 #pragma once
 
+#include <signal.h>
 #include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "test_util.h"
 
@@ -71,5 +78,50 @@ class CliFixture {
   }
   double sql_double(const std::string& query) const { return std::stod(sql(query)); }
 };
+
+// Starts `xrun run FILE --db STORE [extra...]` in the background, its output
+// to `log` in the scratch dir; returns its pid.
+inline pid_t spawn_xrun(const CliFixture& f, const std::string& file,
+                        const std::vector<std::string>& extra = {},
+                        const std::string& log = "xrun.log") {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string log_path = f.dir.file(log);
+    if (!freopen(log_path.c_str(), "w", stdout) || !freopen(log_path.c_str(), "a", stderr)) _exit(99);
+    const std::string bin = xrun_binary(), db = f.db();
+    std::vector<const char*> argv = {bin.c_str(), "run", file.c_str(), "--db", db.c_str()};
+    for (const std::string& a : extra) argv.push_back(a.c_str());
+    argv.push_back(nullptr);
+    execv(bin.c_str(), const_cast<char* const*>(argv.data()));
+    _exit(98);
+  }
+  return pid;
+}
+
+// Waits until the store holds at least `steps` steps (or gives up after 120 s,
+// or as soon as the process has ended).
+inline bool wait_for_steps(const CliFixture& f, int steps, pid_t pid) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return false;  // it ended (and is reaped)
+    try {
+      if (std::filesystem::exists(f.db()) && std::stoi(f.sql("SELECT count(*) FROM steps")) >= steps)
+        return true;
+    } catch (const std::exception&) {  // store being created: try again
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// The exit code of a child: its status, or 128 + the signal that ended it.
+inline int wait_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
 
 }  // namespace xrun_test

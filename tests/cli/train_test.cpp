@@ -25,45 +25,11 @@ std::string run_args(const CliFixture& f, const std::string& file) {
   return "run " + shell_quote(file) + " --db " + shell_quote(f.db());
 }
 
-// Starts xrun in the background (output to a file); returns its pid.
-pid_t spawn_xrun(const CliFixture& f, const std::string& file) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const std::string log = f.dir.file("xrun.log");
-    if (!freopen(log.c_str(), "w", stdout) || !freopen(log.c_str(), "a", stderr)) _exit(99);
-    const std::string bin = xrun_test::xrun_binary(), db = f.db();
-    execl(bin.c_str(), bin.c_str(), "run", file.c_str(), "--db", db.c_str(), nullptr);
-    _exit(98);
-  }
-  return pid;
-}
-
-// Waits until the store holds at least `steps` steps (or gives up after 120 s,
-// or as soon as the process has ended).
-bool wait_for_steps(const CliFixture& f, int steps, pid_t pid) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return false;  // it ended (and is reaped)
-    try {
-      if (std::filesystem::exists(f.db()) && std::stoi(f.sql("SELECT count(*) FROM steps")) >= steps)
-        return true;
-    } catch (const std::exception&) {  // store being created: try again
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
-
-int wait_exit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return -1;
-}
-
 }  // namespace
+
+using xrun_test::spawn_xrun;
+using xrun_test::wait_exit;
+using xrun_test::wait_for_steps;
 
 TEST_CASE("xrun run trains a learnable experiment: complete, loss falls, accuracy beats chance", "[cli][train]") {
   CliFixture f;

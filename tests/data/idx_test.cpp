@@ -160,6 +160,31 @@ TEST_CASE("idx rejects malformed files with the file and the fault", "[data][idx
     cfg.num_classes = 13;  // e.g. a dataset with more classes
     CHECK(open_dataset(cfg, Split::test, 0)->num_classes() == 13);
   }
+  SECTION("a gzip bomb: inflated only as far as the header says, one byte past it") {
+    // The header says 4 images of 4x4 (80 bytes); the stream then goes on
+    // with 64 MiB of zeros. The reader stops at 81 bytes instead of holding
+    // them all.
+    auto bytes = images_file(4, 4, 4);
+    bytes.resize(bytes.size() + (size_t{64} << 20), 0);
+    write_gzip(images + ".gz", bytes);
+    CHECK(std::filesystem::file_size(images + ".gz") < (size_t{1} << 20));
+    CHECK_THROWS_WITH(open_dataset(cfg, Split::test, 0),
+                      Contains(images + ".gz") && Contains("too long: 81 bytes (after decompression)") &&
+                          Contains("expected 80"));
+  }
+  SECTION("a header claiming more than its gzip file can hold is refused before inflating") {
+    auto header = images_file(0, 4, 4);
+    header[4] = header[5] = header[6] = header[7] = 0xff;  // 4294967295 images
+    write_gzip(images + ".gz", header);
+    CHECK_THROWS_WITH(open_dataset(cfg, Split::test, 0),
+                      Contains(images + ".gz") && Contains("the IDX header (offset 4)") &&
+                          Contains("68719476736 bytes") && Contains("more than a gzip file of"));
+  }
+  SECTION("data.path names a file") {
+    cfg.path = labels;
+    CHECK_THROWS_WITH(open_dataset(cfg, Split::test, 0),
+                      Contains(labels) && Contains("is a file, not a directory"));
+  }
   SECTION("missing file and directory") {
     CHECK_THROWS_WITH(open_dataset(cfg, Split::test, 0),
                       Contains("missing " + images) && Contains("dataset-fashion-mnist"));

@@ -1,0 +1,384 @@
+// tests/cli/hostile_input_test.cpp: what a hostile or careless user tried on
+// the xrun binary (issue #10, part 6), one case per defect found: each runs
+// the real binary on real files and asserts the exit code, the message and
+// that no stored byte was lost.
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+using xrun_test::CliFixture;
+using xrun_test::read_bytes;
+using xrun_test::shell_quote;
+using xrun_test::tiny_experiment;
+
+namespace {
+
+// A two-step CPU run: seconds, not minutes.
+std::string quick(const std::string& name, const std::string& train_extra = "") {
+  return tiny_experiment(name, "steps = 2\neval = false\n" + train_extra);
+}
+
+std::string run_args(const CliFixture& f, const std::string& file) {
+  return "run " + shell_quote(file) + " --db " + shell_quote(f.db());
+}
+
+// A store holding one complete run, and its bytes.
+std::string stored_run(const CliFixture& f) {
+  const std::string file = f.write_experiment("one.toml", quick("one"));
+  const auto r = f.xrun(run_args(f, file));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  return read_bytes(f.db());
+}
+
+// Runs `xrun ARGS REDIRECTIONS` in a subshell: its standard error (and
+// whatever the redirections leave on standard output) comes back.
+xrun_test::CommandResult xrun_shell(const CliFixture& f, const std::string& args_and_redirections) {
+  return xrun_test::run_command("( cd " + shell_quote(f.dir.str()) + " && " +
+                                shell_quote(xrun_test::xrun_binary()) + " " +
+                                args_and_redirections + " )");
+}
+
+// Runs the binary with standard output and standard error kept apart.
+struct SplitResult {
+  int status;
+  std::string out, err;
+};
+SplitResult xrun_split(const CliFixture& f, const std::string& args) {
+  const std::string err_file = f.dir.file("stderr.txt");
+  const auto r = xrun_test::run_command("( cd " + shell_quote(f.dir.str()) + " && " +
+                                        shell_quote(xrun_test::xrun_binary()) + " " + args +
+                                        " 2>" + shell_quote(err_file) + " )");
+  return {r.status, r.output, read_bytes(err_file)};
+}
+
+}  // namespace
+
+TEST_CASE("hostile: train.checkpoint never overwrites the store, the experiment or a foreign file", "[cli][hostile]") {
+  CliFixture f;
+  const std::string before = stored_run(f);
+  const std::string file = f.write_experiment("ck.toml", quick("ck"));
+
+  // The store itself (and its WAL companions) by any spelling of its path.
+  for (const std::string& target : {f.db(), f.dir.file("./results.db"), f.db() + "-wal"}) {
+    auto r = f.xrun(run_args(f, file) + " --set " + shell_quote("train.checkpoint=\"" + target + "\""));
+    INFO(r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Contains("would overwrite the result store"));
+  }
+  // The experiment file.
+  auto self = f.xrun(run_args(f, file) + " --set " + shell_quote("train.checkpoint=\"" + file + "\""));
+  CHECK(self.status == 2);
+  CHECK_THAT(self.output, Contains("would overwrite the experiment file"));
+  // An existing file that is not an xrun checkpoint, and a directory.
+  xrun_test::write_bytes(f.dir.file("notes.txt"), "precious");
+  auto foreign = f.xrun(run_args(f, file) + " --set train.checkpoint='\"notes.txt\"'");
+  CHECK(foreign.status == 2);
+  CHECK_THAT(foreign.output, Contains("notes.txt exists and is not an xrun checkpoint"));
+  CHECK(read_bytes(f.dir.file("notes.txt")) == "precious");
+  std::filesystem::create_directory(f.dir.file("ckdir"));
+  auto dir = f.xrun(run_args(f, file) + " --set train.checkpoint='\"ckdir\"'");
+  CHECK(dir.status == 2);
+  CHECK_THAT(dir.output, Contains("is a directory"));
+
+  // Nothing was trained or written by any of them.
+  CHECK(read_bytes(f.db()) == before);
+  CHECK(read_bytes(file) == quick("ck"));
+
+  // An xrun checkpoint may be replaced: the same run twice.
+  const std::string ckpt = " --set train.checkpoint='\"run.safetensors\"'";
+  REQUIRE(f.xrun(run_args(f, file) + ckpt).status == 0);
+  auto again = f.xrun(run_args(f, file) + ckpt + " --force");
+  INFO(again.output);
+  CHECK(again.status == 0);
+  CHECK(f.sql("SELECT count(*) FROM runs WHERE status = 'complete'") == "3");
+}
+
+TEST_CASE("hostile: a zip sweep has the grid's 10,000-run cap", "[cli][hostile]") {
+  CliFixture f;
+  std::string seeds;
+  for (int i = 0; i <= 10000; ++i) {
+    if (i) seeds += ',';
+    seeds += std::to_string(i);
+  }
+  const std::string file = f.write_experiment(
+      "zip.toml", quick("zip") + "[sweep]\nmode = \"zip\"\ntrain.seed = [" + seeds + "]\n");
+  auto r = f.xrun("plan " + shell_quote(file));
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Contains("the zip has 10001 runs, more than 10000"));
+}
+
+TEST_CASE("hostile: a corrupt store is found before training, and nothing is trained", "[cli][hostile]") {
+  CliFixture f;
+  stored_run(f);
+  // Garbage in the middle of the steps table's b-tree page: the header and
+  // schema still read, so only an integrity check finds it.
+  const std::string page = f.sql("SELECT rootpage FROM sqlite_master WHERE name = 'steps'");
+  {
+    std::fstream db(f.db(), std::ios::in | std::ios::out | std::ios::binary);
+    db.seekp((std::stol(page) - 1) * 4096 + 8);
+    db << std::string(64, '\xff');
+  }
+  const std::string damaged = read_bytes(f.db());
+  const std::string file = f.write_experiment("two.toml", quick("two"));
+  auto r = f.xrun(run_args(f, file));
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK_THAT(r.output, Contains("is damaged") && Contains("nothing trained") && Contains(".recover"));
+  CHECK_THAT(r.output, !Contains("\n\n"));  // SQLite's lines joined into one message
+  CHECK_FALSE(Contains("run 1/1").match(r.output));
+  CHECK(read_bytes(f.db()) == damaged);
+}
+
+TEST_CASE("hostile: SIGTERM and SIGHUP stop a run like Ctrl-C: stored interrupted, 128 + signal", "[cli][hostile]") {
+  for (const int sig : {SIGTERM, SIGHUP}) {
+    INFO("signal " << sig);
+    CliFixture f;
+    const std::string file =
+        f.write_experiment("long.toml", xrun_test::small_experiment("long"));
+    const pid_t pid = xrun_test::spawn_xrun(f, file);
+    REQUIRE(xrun_test::wait_for_steps(f, 3, pid));
+    kill(pid, sig);
+    CHECK(xrun_test::wait_exit(pid) == 128 + sig);
+    CHECK(f.sql("SELECT status FROM runs") == "interrupted");
+    CHECK_THAT(f.sql("SELECT error FROM runs"), Contains("interrupted before step"));
+    CHECK(std::stoi(f.sql("SELECT count(*) FROM steps")) >= 3);
+  }
+}
+
+TEST_CASE("hostile: CSV cells a spreadsheet would run as formulas are neutralised, numbers kept", "[cli][hostile]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("f.toml", quick("f"));
+  REQUIRE(f.xrun(run_args(f, file) + " --set " + shell_quote("store.label=\"=HYPERLINK(1)\"")).status == 0);
+  REQUIRE(f.xrun(run_args(f, file) + " --set " + shell_quote("store.label=\"@SUM(A1)\"")).status == 0);
+  // A label that reads as a number is a number to a spreadsheet, not a formula.
+  REQUIRE(f.xrun(run_args(f, file) + " --set " + shell_quote("store.label=\"-1.5\"")).status == 0);
+  for (const std::string cmd : {"export --format csv", "runs --format csv"}) {
+    auto r = f.xrun(cmd + " --db " + shell_quote(f.db()));
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK_THAT(r.output, Contains(",'=HYPERLINK(1),") && Contains(",'@SUM(A1),") && Contains(",-1.5,"));
+    CHECK_THAT(r.output, !Contains(",=HYPERLINK") && !Contains(",@SUM") && !Contains(",'-1.5"));
+  }
+}
+
+TEST_CASE("hostile: a --where key that is no column and no setting is exit 2, naming the closest", "[cli][hostile]") {
+  CliFixture f;
+  stored_run(f);
+  const std::string db = " --db " + shell_quote(f.db());
+  for (const std::string cmd : {"runs", "export", "report -o r.html", "compare --by label"}) {
+    auto r = f.xrun(cmd + " --where stauts=complete" + db);
+    INFO(cmd << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Contains("unknown key 'stauts'") && Contains("did you mean 'status'"));
+  }
+  auto setting = f.xrun("runs --where train.batchsize=16" + db);
+  CHECK(setting.status == 2);
+  CHECK_THAT(setting.output, Contains("did you mean 'train.batch_size'"));
+  // Known keys still filter.
+  auto ok = f.xrun("runs --where status=complete --where train.batch_size=16 --format csv" + db);
+  CHECK(ok.status == 0);
+  CHECK_THAT(ok.output, Contains(",one,"));
+}
+
+TEST_CASE("hostile: an experiment file that is a device or too large is refused, exit 2", "[cli][hostile]") {
+  CliFixture f;
+  auto zero = f.xrun("plan /dev/zero");
+  CHECK(zero.status == 2);
+  CHECK_THAT(zero.output, Contains("/dev/zero: is not a regular file"));
+  std::string big = "name = \"big\"\n";
+  while (big.size() <= (1 << 20)) big += "# " + std::string(1000, 'x') + "\n";
+  const std::string file = f.write_experiment("big.toml", big);
+  auto r = f.xrun("plan " + shell_quote(file));
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Contains("larger than 1024 KiB"));
+  auto dir = f.xrun("plan " + shell_quote(f.dir.str()));
+  CHECK(dir.status == 2);
+  CHECK_THAT(dir.output, Contains("is a directory, not an experiment file"));
+}
+
+TEST_CASE("hostile: a write error on standard output is exit 1, not a silent 0", "[cli][hostile]") {
+  CliFixture f;
+  stored_run(f);
+  const std::string db = " --db " + shell_quote(f.db());
+  for (const std::string& cmd :
+       {"runs --format csv" + db, "show 1" + db, "export --format json" + db,
+        "plan " + shell_quote(xrun_test::source_path("experiments/quickstart.toml"))}) {
+    auto r = xrun_shell(f, cmd + " > /dev/full");
+    INFO(cmd << "\n" << r.output);
+    CHECK(r.status == 1);
+    CHECK_THAT(r.output, Contains("writing to standard output failed"));
+  }
+}
+
+TEST_CASE("hostile: show prints '-' and JSON null for a run that stored no figures", "[cli][hostile]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("gone.toml", R"(name = "gone"
+[data]
+source = "idx"
+path = "no-such-dir"
+[train]
+device = "cpu"
+steps = 2
+[measure]
+warmup_steps = 1
+)");
+  REQUIRE(f.xrun(run_args(f, file)).status == 1);
+  auto text = f.xrun("show 1 --db " + shell_quote(f.db()));
+  INFO(text.output);
+  CHECK(text.status == 0);
+  CHECK_THAT(text.output, Contains("no figures: the run ended (failed)"));
+  CHECK_THAT(text.output, !Contains("0.0 img/s") && !Contains("0.0000") && !Contains("0.00%"));
+  auto json = f.xrun("show 1 --json --db " + shell_quote(f.db()));
+  REQUIRE(json.status == 0);
+  const auto j = nlohmann::json::parse(json.output);
+  CHECK(j.at("throughput").is_null());
+  CHECK(j.at("step_ms_median").is_null());
+  CHECK(j.at("final_loss").is_null());
+  auto table = f.xrun("runs --db " + shell_quote(f.db()));
+  CHECK_THAT(table.output, Contains("failed") && !Contains(" 0.0 "));
+}
+
+TEST_CASE("hostile: names and labels are printable, one line and bounded", "[cli][hostile]") {
+  CliFixture f;
+  struct Case {
+    std::string name, label, expect;
+  } cases[] = {
+      {"a\\u0000b", "", "name: expected printable text, found a control character (\\u0000)"},
+      {"ok", "two\\nlines", "store.label: expected printable text, found a control character (\\u000A)"},
+      {"ok", std::string(129, 'L'), "store.label: expected at most 128 bytes, found a string of 129"},
+      {std::string(129, 'N'), "", "name: expected at most 128 bytes"},
+  };
+  for (const auto& c : cases) {
+    std::string toml = "name = \"" + c.name + "\"\n";
+    if (!c.label.empty()) toml += "[store]\nlabel = \"" + c.label + "\"\n";
+    const std::string file = f.write_experiment("n.toml", toml);
+    auto r = f.xrun("plan " + shell_quote(file));
+    INFO(toml << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Contains(c.expect));
+  }
+  // Free text may span lines; an accented or CJK label is fine.
+  const std::string ok = f.write_experiment(
+      "ok.toml", "name = \"ok\"\ndescription = \"line one\\nline two\"\n[store]\nlabel = \"Grafikkarte-Ü 東京\"\n");
+  CHECK(f.xrun("plan " + shell_quote(ok)).status == 0);
+}
+
+TEST_CASE("hostile: messages say what is wrong in the user's words", "[cli][hostile]") {
+  CliFixture f;
+  const std::string db = " --db " + shell_quote(f.db());
+
+  auto bogus = f.xrun("bogus");
+  CHECK(bogus.status == 2);
+  CHECK_THAT(bogus.output, Contains("unknown command 'bogus'") && Contains("commands: plan, run"));
+  CHECK_THAT(f.xrun("rnu x.toml").output, Contains("did you mean 'run'?"));
+
+  const auto doctor = xrun_split(f, "doctor --require tpu");
+  CHECK(doctor.status == 2);
+  CHECK(doctor.out.empty());
+  CHECK_THAT(doctor.err, Contains("--require tpu: unknown device (expected cpu or cuda)"));
+
+  const std::string file = f.write_experiment("m.toml", quick("m"));
+  auto label = f.xrun(run_args(f, file) + " --set store.label='<script>'");
+  CHECK(label.status == 2);
+  CHECK_THAT(label.output, Contains("--set store.label=<script>") &&
+                               Contains("put text in quotes: --set 'store.label=\"...\"'"));
+  for (const std::string only : {"''", "x", "1,", "-1", "99999999999"}) {
+    auto r = f.xrun(run_args(f, file) + " --only " + only);
+    INFO(only << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Contains("--only"));
+  }
+  CHECK_FALSE(std::filesystem::exists(f.db()));
+
+  auto passwd = f.xrun(run_args(f, file) + " --set data.source='\"idx\"' --set data.path='\"/etc/passwd\"'");
+  CHECK(passwd.status == 1);
+  CHECK_THAT(f.sql("SELECT error FROM runs"), Contains("'/etc/passwd' is a file, not a directory"));
+
+  for (const std::string cmd : {"show d", "show 1x", "trace zz"}) {
+    auto r = f.xrun(cmd + db);
+    INFO(cmd << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Contains("is not a run: give its id (a number) or at least the first 4"));
+  }
+
+  std::filesystem::create_directory(f.dir.file("adir"));
+  auto run_dir = f.xrun("run " + shell_quote(file) + " --db adir");
+  CHECK(run_dir.status == 2);
+  CHECK_THAT(run_dir.output, Contains("--db adir is a directory; give a file (adir/xrun.db)"));
+  auto runs_dir = f.xrun("runs --db adir");
+  CHECK(runs_dir.status == 1);
+  CHECK_THAT(runs_dir.output, Contains("adir is a directory, not a result store file"));
+}
+
+TEST_CASE("hostile: plan refuses the devices run refuses, or says run would refuse them here", "[cli][hostile]") {
+  CliFixture f;
+  const std::string file =
+      f.write_experiment("gpu.toml", "name = \"gpu\"\n[train]\ndevice = \"cuda:99\"\nprecision = \"fp16\"\n");
+  auto plan = f.xrun("plan " + shell_quote(file));
+  auto run = f.xrun("run " + shell_quote(file) + " --db " + shell_quote(f.db()));
+  INFO(plan.output << "\n" << run.output);
+  CHECK(run.status == 2);
+  CHECK_THAT(run.output, Contains("cuda:99"));
+  // Either plan fails the same way (a machine with GPUs), or it plans the
+  // file for another machine and notes that run would refuse it here.
+  if (plan.status == 2) {
+    CHECK_THAT(plan.output, Contains("device cuda:99: this machine has"));
+  } else {
+    CHECK(plan.status == 0);
+    CHECK_THAT(plan.output, Contains("`xrun run` on this machine would refuse it") && Contains("cuda:99"));
+  }
+}
+
+TEST_CASE("hostile: a read-only command on an empty file leaves it empty", "[cli][hostile]") {
+  CliFixture f;
+  xrun_test::write_bytes(f.db(), "");
+  for (const std::string cmd : {"runs", "show 1", "export", "report -o r.html"}) {
+    auto r = f.xrun(cmd + " --db " + shell_quote(f.db()));
+    INFO(cmd << "\n" << r.output);
+    CHECK(r.status == 1);
+    CHECK_THAT(r.output, Contains("an empty database, not an xrun store"));
+    CHECK(std::filesystem::file_size(f.db()) == 0);
+  }
+  CHECK(std::distance(std::filesystem::directory_iterator(f.dir.path()),
+                      std::filesystem::directory_iterator()) == 1);  // no -wal, -shm, report
+}
+
+TEST_CASE("hostile: the runs table aligns labels of any script by terminal columns", "[cli][hostile]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("w.toml", quick("w"));
+  for (const std::string label : {"plain", "Grafikkarte-Ü", "東京-box", "a-very-long-label-that-is-cut"})
+    REQUIRE(f.xrun(run_args(f, file) + " --force --set " + shell_quote("store.label=\"" + label + "\"")).status == 0);
+  auto r = f.xrun("runs --db " + shell_quote(f.db()));
+  REQUIRE(r.status == 0);
+  // The column after the label ("cpu") starts at the same terminal column on
+  // every row: count UTF-8 code points, East Asian ones twice.
+  std::istringstream lines(r.output);
+  std::string line;
+  std::set<size_t> columns;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    const size_t at = line.find(" cpu ");
+    if (at == std::string::npos) continue;
+    ++rows;
+    size_t width = 0;
+    for (size_t i = 0; i < at;) {
+      const auto b = static_cast<unsigned char>(line[i]);
+      const size_t len = b < 0x80 ? 1 : b < 0xe0 ? 2 : b < 0xf0 ? 3 : 4;
+      width += len == 3 ? 2 : 1;  // the CJK characters here are 3 bytes, 2 columns
+      i += len;
+    }
+    columns.insert(width);
+  }
+  CHECK(rows == 4);
+  CHECK(columns.size() == 1);
+}
