@@ -1,0 +1,139 @@
+// tests/cli/security_test.cpp: xrun facing hostile text (issue #10, part 5):
+// --where values are bound as SQL parameters and keys are checked, so
+// injection payloads match exactly what they spell; run names and labels
+// carrying markup are escaped in the HTML report (checked in headless
+// Chromium: no script of theirs runs) and in the JSON outputs.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+
+using Catch::Matchers::Contains;
+using xrun_test::CliFixture;
+using xrun_test::shell_quote;
+using xrun_test::tiny_experiment;
+
+namespace {
+
+std::string run_args(const CliFixture& f, const std::string& file) {
+  return "run " + shell_quote(file) + " --db " + shell_quote(f.db());
+}
+
+std::string chromium() {
+  for (const char* name : {"chromium", "chromium-browser"})
+    if (xrun_test::run_command(std::string("command -v ") + name).status == 0) return name;
+  return "";
+}
+
+// The page's DOM after its scripts (if any) have run.
+std::string rendered_dom(const std::string& browser, const CliFixture& f, const std::string& html) {
+  const auto r = xrun_test::run_command(
+      "timeout 120 " + browser + " --headless --no-sandbox --disable-gpu --virtual-time-budget=2000" +
+      " --user-data-dir=" + shell_quote(f.dir.file("profile")) + " --dump-dom " +
+      shell_quote("file://" + html) + " 2>/dev/null");
+  REQUIRE(r.status == 0);
+  return r.output;
+}
+
+}  // namespace
+
+TEST_CASE("security: --where values are parameters: payloads match only themselves", "[cli][security]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("w.toml", tiny_experiment("w", "steps = 2\neval = false"));
+  const std::string payload = "' OR 1=1 --";
+  REQUIRE(f.xrun(run_args(f, file) + " --set store.label='\"box\"'").status == 0);
+  REQUIRE(f.xrun(run_args(f, file) + " --set " + shell_quote("store.label=\"" + payload + "\"")).status == 0);
+  const std::string db = " --db " + shell_quote(f.db());
+
+  auto count = [&](const std::string& where) {
+    auto r = f.xrun("runs --format json --where " + shell_quote(where) + db);
+    INFO(where << "\n" << r.output);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.output).size();
+  };
+  CHECK(count("label=" + payload) == 1);  // the run whose label is that text, only
+  for (const std::string value :
+       {"x' OR '1'='1", "\" OR \"\"=\"", "box'; DROP TABLE runs; --", "box\" --", "1 OR 1=1",
+        "box/*", "*/ OR 1=1", "%", "_ox", "box' UNION SELECT * FROM runs --"}) {
+    CHECK(count("label=" + value) == 0);
+    CHECK(count("train.batch_size=" + value) == 0);
+  }
+  CHECK(count("label=box") == 1);
+  CHECK(f.sql("SELECT count(*) FROM runs") == "2");  // nothing dropped or changed
+
+  // Keys are checked against the known columns and settings, never spliced.
+  for (const std::string key : {"label OR 1=1", "label; DROP TABLE runs", "s.label", "1=1 --"}) {
+    auto r = f.xrun("runs --where " + shell_quote(key + "=box") + db);
+    INFO(key << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Contains("unknown key"));
+  }
+  CHECK(f.sql("SELECT count(*) FROM runs") == "2");
+}
+
+TEST_CASE("security: markup in run names and labels is text in the report, the JSON and the trace", "[cli][security]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("x.toml", R"(name = "x\"><script>document.body.setAttribute('data-pwned','name')</script>"
+description = "<b>bold</b> & 'quotes'"
+[model]
+arch = "resnet18"
+[data]
+source = "synthetic"
+image_size = 16
+samples = 32
+workers = 0
+[train]
+device = "cpu"
+batch_size = 16
+steps = 3
+eval = false
+[measure]
+warmup_steps = 1
+[profile]
+cupti = "trace"
+trace_steps = 1
+[store]
+label = "<img src=x onerror=\"document.body.setAttribute('data-pwned','label')\">"
+)");
+  auto run = f.xrun(run_args(f, file));
+  INFO(run.output);
+  REQUIRE(run.status == 0);
+  const std::string db = " --db " + shell_quote(f.db());
+
+  // JSON outputs carry the text as it is, and parse.
+  auto show = f.xrun("show 1 --json" + db);
+  REQUIRE(show.status == 0);
+  const auto j = nlohmann::json::parse(show.output);
+  CHECK(j.at("experiment") == "x\"><script>document.body.setAttribute('data-pwned','name')</script>");
+  CHECK(j.at("label") == "<img src=x onerror=\"document.body.setAttribute('data-pwned','label')\">");
+  const std::string trace = f.dir.file("trace.json");
+  REQUIRE(f.xrun("trace 1 -o " + shell_quote(trace) + db).status == 0);
+  CHECK_NOTHROW(nlohmann::json::parse(xrun_test::read_bytes(trace)));
+
+  // The report escapes them: no element of theirs in the page.
+  const std::string html = f.dir.file("r.html");
+  auto report = f.xrun("report -o " + shell_quote(html) + db);
+  INFO(report.output);
+  REQUIRE(report.status == 0);
+  const std::string page = xrun_test::read_bytes(html);
+  CHECK(page.find("<script>document") == std::string::npos);
+  CHECK(page.find("<img src=x") == std::string::npos);
+  CHECK(page.find("&lt;script&gt;") != std::string::npos);
+
+  const std::string browser = chromium();
+  if (browser.empty()) {
+    WARN("browser part skipped: chromium not installed");
+    return;
+  }
+  // The check can see a script run: a page whose script does run.
+  const std::string control = f.dir.file("control.html");
+  xrun_test::write_bytes(control,
+                         "<!DOCTYPE html><body><script>document.body.setAttribute('data-pwned','control')"
+                         "</script></body>");
+  CHECK_THAT(rendered_dom(browser, f, control), Contains("data-pwned=\"control\""));
+  // The report: neither payload ran.
+  const std::string dom = rendered_dom(browser, f, html);
+  CHECK_THAT(dom, Contains("</html>"));
+  CHECK_THAT(dom, !Contains("data-pwned=\""));
+}
