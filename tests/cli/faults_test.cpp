@@ -192,6 +192,11 @@ TEST_CASE("faults: stores xrun cannot use are refused with the reason, and left 
     CHECK(r.output.find("sqlite error") == std::string::npos);
     if (cmd != "compare --by label") CHECK(r.status == 0);  // compare: one run, nothing to pair
   }
+  CliFixture elsewhere;  // merge takes a store in a read-only directory as an input
+  auto merged = elsewhere.xrun("merge --into " + shell_quote(elsewhere.db()) + " " + shell_quote(f.db()));
+  INFO(merged.output);
+  CHECK(merged.status == 0);
+  CHECK(elsewhere.sql("SELECT count(*) FROM runs") == "1");
   auto blocked = f.xrun(run_args(f, file) + " --force");
   INFO(blocked.output);
   CHECK(blocked.status == 1);
