@@ -89,7 +89,7 @@ std::string first_key_in(const std::string& section) {
 // Collects the leaves of `table` (path `prefix`) as Items; `in_sweep` when
 // inside [sweep], where leaves are axes and `prefix` excludes "sweep".
 void collect(const toml::table& table, const std::string& prefix, bool in_sweep, std::vector<Item>& items) {
-  for (auto&& [k, v] : table) {
+  for (auto&& kv : table) { const auto& k = kv.first; const auto& v = kv.second;  // clang 14: no lambda capture of structured bindings
     const auto& kpos = k.source().begin;
     const auto& vpos = v.source().begin;
     auto at_key = [&](std::string key, std::string msg, bool in_msg) {

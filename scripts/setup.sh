@@ -4,6 +4,8 @@
 # or with sudo available. Used by scripts/quickstart.sh, scripts/test.sh and CI.
 #   XRUN_BUILD_DIR   build directory (default: build)
 #   XRUN_CUDA        AUTO (default) | ON | OFF: build the CUDA parts
+# `setup.sh --packages` installs what is missing and stops there (used by
+# scripts/sanitize.sh and scripts/fuzz.sh, which build in build-asan).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +30,8 @@ if ((${#missing[@]})); then
   fi
   rm -f "$log"
 fi
+
+[ "${1:-}" = "--packages" ] && exit 0
 
 # nvcc where the CUDA toolkit is installed but not on PATH.
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then

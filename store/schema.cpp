@@ -69,6 +69,8 @@
 #include <cstring>
 #include <filesystem>
 #include <chrono>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -362,6 +364,62 @@ void validate(const FileState& s, const std::string& path) {
     throw StoreError(path + ": schema version " + std::to_string(s.version) +
                      " is newer than this xrun (" + std::to_string(latest_version()) +
                      "); upgrade xrun");
+  // PRAGMA user_version is a signed 32-bit number; a negative one indexed
+  // kMigrations out of bounds (found by tests/fuzz/fuzz_store.cpp).
+  if (s.version < 0)
+    throw StoreError(path + ": schema version " + std::to_string(s.version) +
+                     " is not one xrun writes (a damaged file?)");
+}
+
+// The tables and views (type, name, SQL) the migrations make up to
+// `version`, made once per version in an in-memory database.
+struct SchemaObject {
+  std::string type, name, sql;
+};
+const std::vector<SchemaObject>& pristine_objects(int version) {
+  static std::mutex mutex;
+  static std::map<int, std::vector<SchemaObject>> made;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = made.find(version); it != made.end()) return it->second;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(":memory:", &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    sqlite3_close_v2(db);
+    throw StoreError("cannot open an in-memory database to compare a store's schema with");
+  }
+  std::vector<SchemaObject> objects;
+  try {
+    for (int v = 0; v < version; ++v) exec(db, ":memory:", kMigrations[static_cast<size_t>(v)]);
+    Statement st(db, ":memory:",
+                 "SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'view')");
+    while (st.step()) objects.push_back({st.text(0), st.text(1), st.text(2)});
+  } catch (...) {
+    sqlite3_close_v2(db);
+    throw;
+  }
+  sqlite3_close_v2(db);
+  return made[version] = std::move(objects);
+}
+
+// Throws unless the objects xrun reads are the ones its migrations made for
+// `version`: each table a real table, each view xrun's own SQL. Another
+// program may add objects (they are never read), but a file whose
+// run_summary or runs is a view of its own could make every query endless
+// (a recursive view yields rows forever: `xrun runs` and `xrun merge` hung,
+// growing without bound).
+void check_objects(sqlite3* db, const std::string& path, int version) {
+  if (version < 1) return;
+  Statement have(db, path, "SELECT type, sql FROM sqlite_master WHERE name = ?1");
+  for (const SchemaObject& want : pristine_objects(version)) {
+    have.bind(1, want.name);
+    const bool found = have.step();
+    const std::string type = found ? have.text(0) : "", sql = found ? have.text(1) : "";
+    have.reset();
+    const bool virtual_table = sql.rfind("CREATE VIRTUAL", 0) == 0;
+    if (!found || type != want.type || virtual_table || (want.type == "view" && sql != want.sql))
+      throw StoreError(path + ": not a store xrun wrote: its " + want.type + " " + want.name +
+                       " is " + (found ? "not xrun's (altered by another program?)" : "missing") +
+                       "; refusing to read it");
+  }
 }
 
 // Applies the migrations after the file's version up to `target`, one
@@ -502,6 +560,7 @@ sqlite3* open_read_only(const std::string& path, int& version) {
       throw StoreError(path + ": an empty database, not an xrun store");
     validate(s, path);
     version = static_cast<int>(s.version);
+    check_objects(db, path, version);
   } catch (...) {
     sqlite3_close_v2(db);
     throw;

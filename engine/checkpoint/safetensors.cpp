@@ -28,6 +28,10 @@ using ordered_json = nlohmann::ordered_json;
 
 // The reference implementation refuses headers above 100 MB; so do we.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// A header nests 3 levels ({"name": {"shape": [...]}}); deeper values are
+// refused while parsing, before anything recursive (printing a value in a
+// message) can run out of stack on a hostile [[[[...]]]].
+constexpr int kMaxHeaderDepth = 16;
 
 struct DtypeInfo {
   const char* name;
@@ -135,7 +139,7 @@ class TempFile {
 
 // --- reading ----------------------------------------------------------------
 
-int64_t json_nonnegative_int(const ordered_json& v, const std::string& path,
+int64_t json_nonnegative_int(const nlohmann::json& v, const std::string& path,
                              const std::string& where) {
   if (v.is_number_unsigned()) {
     uint64_t u = v.get<uint64_t>();
@@ -150,6 +154,60 @@ int64_t json_nonnegative_int(const ordered_json& v, const std::string& path,
   }
   bad_file(path, where + " is not an integer: " + v.dump());
 }
+
+// The header's JSON as nlohmann's own parser builds it (objects are
+// std::maps), recording the top-level keys in file order and the first one
+// given twice, and stopping at values nested deeper than kMaxHeaderDepth.
+// (Not ordered_json, whose inserts are linear, nor parse() with a callback,
+// which scans the enclosing object after every object: either made a header
+// of 40000 tensors take seconds and a 100 MB one hours.)
+class HeaderSax : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  explicit HeaderSax(nlohmann::json& out) : dom_(out, true) {}
+
+  std::vector<std::string> key_order;  // top-level keys, first occurrences
+  std::string duplicate;               // the first top-level key seen twice
+  bool too_deep = false;
+
+  bool null() override { return dom_.null(); }
+  bool boolean(bool v) override { return dom_.boolean(v); }
+  bool number_integer(number_integer_t v) override { return dom_.number_integer(v); }
+  bool number_unsigned(number_unsigned_t v) override { return dom_.number_unsigned(v); }
+  bool number_float(number_float_t v, const string_t& s) override { return dom_.number_float(v, s); }
+  bool string(string_t& v) override { return dom_.string(v); }
+  bool binary(binary_t& v) override { return dom_.binary(v); }
+  bool start_object(std::size_t n) override { return deeper() && dom_.start_object(n); }
+  bool key(string_t& k) override {
+    if (depth_ == 1) {
+      if (keys_.insert(k).second) key_order.push_back(k);
+      else if (duplicate.empty()) duplicate = k;
+    }
+    return dom_.key(k);
+  }
+  bool end_object() override {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) override { return deeper() && dom_.start_array(n); }
+  bool end_array() override {
+    --depth_;
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t position, const std::string& token,
+                   const nlohmann::json::exception& e) override {
+    return dom_.parse_error(position, token, e);  // throws it
+  }
+
+ private:
+  bool deeper() {
+    if (++depth_ <= kMaxHeaderDepth) return true;
+    too_deep = true;
+    return false;  // stops the parser
+  }
+  nlohmann::detail::json_sax_dom_parser<nlohmann::json> dom_;
+  std::set<std::string> keys_;
+  int depth_ = 0;
+};
 
 }  // namespace
 
@@ -313,31 +371,28 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   if (text.empty() || text.front() != '{')
     bad_file(path, "the header does not start with '{' (not a safetensors file?)");
 
-  // Parse, refusing duplicate top-level keys (JSON parsers keep only one).
-  std::string duplicate;
-  std::set<std::string> keys;
-  ordered_json header;
+  // Parse, refusing duplicate top-level keys (JSON parsers keep only one)
+  // and values nested too deep (HeaderSax).
+  nlohmann::json header;
+  HeaderSax sax(header);
+  bool parsed = false;
   try {
-    header = ordered_json::parse(
-        text.begin(), text.end(),
-        [&](int depth, ordered_json::parse_event_t event, ordered_json& parsed) {
-          if (event == ordered_json::parse_event_t::key && depth == 1 && parsed.is_string() &&
-              !keys.insert(parsed.get<std::string>()).second && duplicate.empty())
-            duplicate = parsed.get<std::string>();
-          return true;
-        });
+    parsed = nlohmann::json::sax_parse(text.begin(), text.end(), &sax);
   } catch (const nlohmann::json::exception& e) {
     bad_file(path, std::string("the header is not valid JSON: ") + e.what());
   }
+  if (sax.too_deep)
+    bad_file(path, "the header nests values more than " + std::to_string(kMaxHeaderDepth) +
+                       " levels deep");
+  if (!parsed) bad_file(path, "the header is not valid JSON");
+  if (!sax.duplicate.empty()) bad_file(path, "the header names \"" + sax.duplicate + "\" twice");
   if (!header.is_object()) bad_file(path, "the header is not a JSON object");
-  if (!duplicate.empty()) bad_file(path, "the header names \"" + duplicate + "\" twice");
 
   const size_t data_start = 8 + static_cast<size_t>(header_len);
   const size_t data_size = size - data_start;
 
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& key = it.key();
-    const ordered_json& value = it.value();
+  for (const std::string& key : sax.key_order) {
+    const nlohmann::json& value = header.at(key);
     if (key == "__metadata__") {
       if (!value.is_object()) bad_file(path, "__metadata__ is not a JSON object");
       for (auto m = value.begin(); m != value.end(); ++m) {

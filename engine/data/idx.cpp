@@ -142,9 +142,13 @@ class Idx final : public Dataset {
     if (idims[0] != ldims[0])
       throw DataError(images.path + " holds " + std::to_string(idims[0]) + " images but " +
                       labels.path + " holds " + std::to_string(ldims[0]) + " labels");
-    if (idims[1] == 0 || idims[2] == 0)
+    // A side must fit the int sizes of the resize plan; with zero images a
+    // header can claim any size without the file holding a byte of it.
+    constexpr uint32_t kMaxSide = 65535;
+    if (idims[1] == 0 || idims[2] == 0 || idims[1] > kMaxSide || idims[2] > kMaxSide)
       throw DataError(images.path + ": images of size " + std::to_string(idims[1]) + "x" +
-                      std::to_string(idims[2]));
+                      std::to_string(idims[2]) + " (each side must be 1.." +
+                      std::to_string(kMaxSide) + ")");
     rows_ = static_cast<int>(idims[1]);
     cols_ = static_cast<int>(idims[2]);
     total_ = idims[0];

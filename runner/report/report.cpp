@@ -140,7 +140,7 @@ std::set<std::string> differing_keys(const ReportData& data) {
   for (const ReportRun& r : data.runs)
     for (const auto& [key, value] : r.detail.environment.fields) values[key].insert(value);
   std::set<std::string> out;
-  for (const auto& [key, seen] : values) {
+  for (const auto& kv : values) { const auto& key = kv.first; const auto& seen = kv.second;  // clang 14: no lambda capture of structured bindings
     const bool everywhere =
         std::all_of(data.runs.begin(), data.runs.end(),
                     [&](const ReportRun& r) { return r.detail.environment.fields.contains(key); });

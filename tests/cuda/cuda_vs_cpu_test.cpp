@@ -333,7 +333,8 @@ TEST_CASE("cuda load_batch: crop and flip on the device equal the loader's on th
   }
   const std::vector<int32_t> labels = {0, 1, 2, 3, 4, 5, 6, 7};
   const std::vector<float> mean = {0.5f, 0.4f, 0.3f}, sd = {0.2f, 0.25f, 0.3f};
-  for (const auto& [crop, flip] : {std::pair{true, true}, {true, false}, {false, true}}) {
+  for (const auto& augment_case : {std::pair{true, true}, {true, false}, {false, true}}) {
+    const bool crop = augment_case.first, flip = augment_case.second;  // clang 14: no lambda capture of structured bindings
     const size_t sample = static_cast<size_t>(c * h * w);
     std::vector<uint8_t> augmented(raw.size());
     for (int i = 0; i < n; ++i) {

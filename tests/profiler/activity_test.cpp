@@ -148,7 +148,8 @@ TEST_CASE("activity: one step's records become kernel, copy, phase and step figu
   log.add(ExternalCorrelation{11, r.forward_conv});
   log.add(KernelActivity{"_Z4convPf", 3'000'000, 3'500'000, 7, 11});
   log.close_step(3'000'000, 4'000'000);
-  const KernelRecord* conv2 = find_kernel(log.kernels(), "conv(float*)", "forward");
+  const auto kernels2 = log.kernels();  // kept: find_kernel points into it
+  const KernelRecord* conv2 = find_kernel(kernels2, "conv(float*)", "forward");
   REQUIRE(conv2);
   CHECK(conv2->calls == 3);
   CHECK(conv2->max_ms == Approx(0.5));
