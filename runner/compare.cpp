@@ -165,8 +165,9 @@ std::map<std::string, std::string> shared_settings(const Candidate& run, const s
   out.erase(by);
   for (const std::string& key : experiment_hash_excluded_keys()) out.erase(key);
   if (by != "label" && by != "device") {
-    out["label"] = nlohmann::json(run.info.label).dump();
-    out["device"] = nlohmann::json(run.info.device_name).dump();
+    constexpr auto replace = nlohmann::json::error_handler_t::replace;  // stored bytes may be any
+    out["label"] = nlohmann::json(run.info.label).dump(-1, ' ', false, replace);
+    out["device"] = nlohmann::json(run.info.device_name).dump(-1, ' ', false, replace);
   }
   return out;
 }

@@ -154,7 +154,7 @@ void print_markdown(const Comparison& c, const CompareOptions& o) {
 
 std::string csv_number(double v) {
   const json j = number_or_null(v);
-  return j.is_null() ? "" : j.dump();
+  return j.is_null() ? "" : json_text(j);
 }
 
 std::string joined_uuids(const CompareCell& cell) {
@@ -261,7 +261,7 @@ int compare_command(const CompareArgs& args) {
       return kRunFailed;
     }
     if (args.format == "json")
-      std::cout << comparison_json(c, options).dump(2) << "\n";
+      std::cout << json_text(comparison_json(c, options), 2) << "\n";
     else if (args.format == "csv")
       print_csv(c);
     else if (args.format == "markdown")

@@ -46,6 +46,10 @@ bool check_where_keys(const store::Store& db, const Filters& filters) {
 
 using nlohmann::json;
 
+std::string json_text(const json& j, int indent) {
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
 json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 std::string fixed(double v, int digits) {

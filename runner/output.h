@@ -31,6 +31,10 @@ bool check_where_keys(const store::Store& db, const Filters& filters);
 // not a new store.
 bool open_existing(const std::string& path, std::unique_ptr<store::Store>& db);
 
+// JSON text of `j`; invalid UTF-8 in stored text (another program's bytes)
+// becomes U+FFFD instead of an exception.
+std::string json_text(const nlohmann::json& j, int indent = -1);
+
 nlohmann::json number_or_null(double v);
 std::string fixed(double v, int digits);  // "-" for NaN/inf
 std::string mib(int64_t bytes);           // "123 MiB", "-" for 0

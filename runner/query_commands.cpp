@@ -41,7 +41,7 @@ int runs_command(const RunsArgs& args) {
     if (args.format == "json") {
       json out = json::array();
       for (const auto& r : runs) out.push_back(run_json(r));
-      std::cout << out.dump(2) << "\n";
+      std::cout << json_text(out, 2) << "\n";
     } else if (args.format == "csv") {
       const char* cols[] = {"id", "uuid", "experiment", "sweep_index", "status", "label",
                             "device", "device_name", "batch_size", "precision",
@@ -55,7 +55,7 @@ int runs_command(const RunsArgs& args) {
         for (size_t i = 0; i < std::size(cols); ++i) {
           const json& v = j.at(cols[i]);
           std::cout << (i ? "," : "")
-                    << csv_field(v.is_string() ? v.get<std::string>() : v.is_null() ? "" : v.dump());
+                    << csv_field(v.is_string() ? v.get<std::string>() : v.is_null() ? "" : json_text(v));
         }
         std::cout << "\n";
       }
@@ -120,7 +120,7 @@ int show_command(const ShowArgs& args) {
       for (const auto& f : d.findings)
         findings.push_back({{"check", f.check}, {"message", f.message}, {"value", f.value}});
       j["findings"] = findings;
-      std::cout << j.dump(2) << "\n";
+      std::cout << json_text(j, 2) << "\n";
       return kOk;
     }
     std::ostringstream o;

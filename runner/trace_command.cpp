@@ -48,28 +48,28 @@ int trace_command(const TraceArgs& args) {
     auto pid_of = [&](const std::string& track) { return on_gpu(track) ? 2 : 1; };
     const std::string who = " (run " + std::to_string(run->info.id) + ")";
     out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-    out << json{{"ph", "M"}, {"pid", 1}, {"name", "process_name"},
-                {"args", {{"name", "xrun host, " + run->info.device + who}}}}.dump();
+    out << json_text(json{{"ph", "M"}, {"pid", 1}, {"name", "process_name"},
+                          {"args", {{"name", "xrun host, " + run->info.device + who}}}});
     if (any_gpu)
       out << ",\n"
-          << json{{"ph", "M"}, {"pid", 2}, {"name", "process_name"},
-                  {"args", {{"name", "GPU " + run->info.device_name + who}}}}.dump();
+          << json_text(json{{"ph", "M"}, {"pid", 2}, {"name", "process_name"},
+                            {"args", {{"name", "GPU " + run->info.device_name + who}}}});
     for (const auto& [track, tid] : tids)
       out << ",\n"
-          << json{{"ph", "M"}, {"pid", pid_of(track)}, {"tid", tid}, {"name", "thread_name"},
-                  {"args", {{"name", track}}}}.dump();
+          << json_text(json{{"ph", "M"}, {"pid", pid_of(track)}, {"tid", tid},
+                            {"name", "thread_name"}, {"args", {{"name", track}}}});
     for (const TraceEvent& e : events) {
       const double ts = static_cast<double>(e.start_ns) / 1000.0;
       const int pid = pid_of(e.track), tid = tids.at(e.track);
       json ev = {{"ph", "X"}, {"pid", pid}, {"tid", tid}, {"name", e.name}, {"ts", ts},
                  {"dur", static_cast<double>(e.dur_ns) / 1000.0}};
       if (e.payload >= 0) ev["args"] = {{"step", e.payload}};
-      out << ",\n" << ev.dump();
+      out << ",\n" << json_text(ev);
       if (e.flow != 0) {  // the launch starts an arrow, its device work ends it
         json flow = {{"ph", pid == 1 ? "s" : "f"}, {"pid", pid}, {"tid", tid}, {"ts", ts},
                      {"id", e.flow}, {"name", "launch"}, {"cat", "launch"}};
         if (pid == 2) flow["bp"] = "e";
-        out << ",\n" << flow.dump();
+        out << ",\n" << json_text(flow);
       }
     }
     out << "\n]}\n";

@@ -33,7 +33,8 @@ std::string setting_text(const std::string& key, const std::string& value) {
   if (j.is_discarded()) return value;
   if (j.is_string()) return j.get<std::string>();
   const auto dot = key.rfind('.');
-  return (dot == std::string::npos ? key : key.substr(dot + 1)) + "=" + j.dump();
+  return (dot == std::string::npos ? key : key.substr(dot + 1)) + "=" +
+         j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 namespace {

@@ -382,3 +382,20 @@ TEST_CASE("hostile: the runs table aligns labels of any script by terminal colum
   CHECK(rows == 4);
   CHECK(columns.size() == 1);
 }
+
+TEST_CASE("hostile: invalid UTF-8 written into a store by another program is shown, not a crash", "[cli][hostile]") {
+  CliFixture f;
+  stored_run(f);
+  REQUIRE(xrun_test::run_command("sqlite3 " + shell_quote(f.db()) +
+                                 " \"UPDATE runs SET label = CAST(X'66ff6f' AS TEXT)\"").status == 0);
+  const std::string db = " --db " + shell_quote(f.db());
+  auto runs = f.xrun("runs --format json" + db);
+  INFO(runs.output);
+  REQUIRE(runs.status == 0);
+  CHECK(nlohmann::json::parse(runs.output).at(0).at("label") == "f\xEF\xBF\xBDo");  // U+FFFD
+  auto show = f.xrun("show 1 --json" + db);
+  CHECK(show.status == 0);
+  CHECK_NOTHROW(nlohmann::json::parse(show.output));
+  CHECK(f.xrun("export --format json" + db).status == 0);
+  CHECK(f.xrun("report -o r.html" + db).status == 0);
+}
