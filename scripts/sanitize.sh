@@ -13,28 +13,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-./scripts/setup.sh --packages
-
-# clang 14, its ASan/UBSan/libFuzzer runtimes, and LLVM's OpenMP (what
-# clang's -fopenmp links; oneDNN's libgomp calls resolve to it).
-packages=(clang-14 libclang-rt-14-dev libomp-14-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "sanitize: installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  log=$(mktemp /tmp/xrun-apt.XXXXXX.log)
-  if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-         $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
-    cat "$log" >&2
-    echo "sanitize: apt-get failed (log above, kept in $log)" >&2
-    exit 1
-  fi
-  rm -f "$log"
-fi
+# What the build needs, plus clang 14, its ASan/UBSan/libFuzzer runtimes and
+# LLVM's OpenMP (what clang's -fopenmp links; oneDNN's libgomp calls resolve
+# to it).
+./scripts/setup.sh --packages clang-14 libclang-rt-14-dev libomp-14-dev
 
 build=build-asan  # the preset's binaryDir
 # The preset names clang/clang++; Debian's clang-14 alone installs only the

@@ -4,8 +4,9 @@
 # or with sudo available. Used by scripts/quickstart.sh, scripts/test.sh and CI.
 #   XRUN_BUILD_DIR   build directory (default: build)
 #   XRUN_CUDA        AUTO (default) | ON | OFF: build the CUDA parts
-# `setup.sh --packages` installs what is missing and stops there (used by
-# scripts/sanitize.sh and scripts/fuzz.sh, which build in build-asan).
+# `setup.sh --packages [MORE...]` installs what is missing (and the Debian
+# packages MORE) and stops there (used by scripts/sanitize.sh and
+# scripts/fuzz.sh, which build in build-asan).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,11 @@ packages=(build-essential cmake ninja-build git pkg-config
           libtomlplusplus-dev libsqlite3-dev sqlite3 catch2 libcli11-dev
           libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev zlib1g-dev dataset-fashion-mnist
           python3 python3-venv chromium)
+only_packages=0
+if [ "${1:-}" = "--packages" ]; then
+  only_packages=1
+  packages+=("${@:2}")
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -31,7 +37,7 @@ if ((${#missing[@]})); then
   rm -f "$log"
 fi
 
-[ "${1:-}" = "--packages" ] && exit 0
+((only_packages)) && exit 0
 
 # nvcc where the CUDA toolkit is installed but not on PATH.
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -79,6 +79,11 @@ class CliFixture {
   double sql_double(const std::string& query) const { return std::stod(sql(query)); }
 };
 
+// "run FILE --db STORE" for CliFixture::xrun (both quoted).
+inline std::string run_args(const CliFixture& f, const std::string& file) {
+  return "run " + shell_quote(file) + " --db " + shell_quote(f.db());
+}
+
 // Starts `xrun run FILE --db STORE [extra...]` in the background, its output
 // to `log` in the scratch dir; returns its pid.
 inline pid_t spawn_xrun(const CliFixture& f, const std::string& file,

@@ -13,15 +13,13 @@
 
 using Catch::Matchers::Contains;
 using xrun_test::CliFixture;
+using xrun_test::run_args;
 using xrun_test::read_bytes;
 using xrun_test::shell_quote;
 using xrun_test::tiny_experiment;
 
 namespace {
 
-std::string run_args(const CliFixture& f, const std::string& file) {
-  return "run " + shell_quote(file) + " --db " + shell_quote(f.db());
-}
 
 // The rows of one run in every per-run table, as text: equal before and
 // after a fault means not a byte of that run was lost or changed.

@@ -16,6 +16,7 @@
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 using xrun_test::CliFixture;
+using xrun_test::run_args;
 using xrun_test::read_bytes;
 using xrun_test::shell_quote;
 using xrun_test::tiny_experiment;
@@ -27,9 +28,6 @@ std::string quick(const std::string& name, const std::string& train_extra = "") 
   return tiny_experiment(name, "steps = 2\neval = false\n" + train_extra);
 }
 
-std::string run_args(const CliFixture& f, const std::string& file) {
-  return "run " + shell_quote(file) + " --db " + shell_quote(f.db());
-}
 
 // A store holding one complete run, and its bytes.
 std::string stored_run(const CliFixture& f) {

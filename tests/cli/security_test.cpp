@@ -11,14 +11,12 @@
 
 using Catch::Matchers::Contains;
 using xrun_test::CliFixture;
+using xrun_test::run_args;
 using xrun_test::shell_quote;
 using xrun_test::tiny_experiment;
 
 namespace {
 
-std::string run_args(const CliFixture& f, const std::string& file) {
-  return "run " + shell_quote(file) + " --db " + shell_quote(f.db());
-}
 
 std::string chromium() {
   for (const char* name : {"chromium", "chromium-browser"})

@@ -16,17 +16,9 @@
 
 using Catch::Matchers::Contains;
 using xrun_test::CliFixture;
+using xrun_test::run_args;
 using xrun_test::shell_quote;
 using xrun_test::small_experiment;
-
-namespace {
-
-std::string run_args(const CliFixture& f, const std::string& file) {
-  return "run " + shell_quote(file) + " --db " + shell_quote(f.db());
-}
-
-}  // namespace
-
 using xrun_test::spawn_xrun;
 using xrun_test::wait_exit;
 using xrun_test::wait_for_steps;
