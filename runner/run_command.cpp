@@ -259,7 +259,7 @@ std::string device_problem(const std::string& device) {
     return "device " + device + " needs a GPU that this build's CUDA engine can run on " +
            "(see `xrun doctor`)";
   if (device.size() > 5 && device[4] == ':') {
-    const size_t gpus = query_cuda().gpus.size();
+    static const size_t gpus = query_cuda().gpus.size();  // once, not once per planned run
     if (std::stoul(device.substr(5)) >= gpus)
       return "device " + device + ": this machine has " + std::to_string(gpus) + " GPU(s), cuda:0" +
              (gpus > 1 ? "..cuda:" + std::to_string(gpus - 1) : "");

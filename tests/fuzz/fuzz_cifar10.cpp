@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "engine/data/dataset.h"
+#include "fuzz_dataset.h"
 #include "fuzz_util.h"
 
 namespace {
@@ -94,21 +95,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static constexpr int kSizes[] = {32, 16, 40, 1};
   cfg.image_size = kSizes[(flags >> 3) & 3];
   cfg.limit = cfg.test_limit = flags & 32 ? 3 : 0;
-  try {
-    auto ds = xrun::data::open_dataset(cfg, test ? xrun::data::Split::test : xrun::data::Split::train, 1);
-    (void)ds->describe();
-    std::vector<uint8_t> chw(static_cast<size_t>(ds->channels()) * ds->height() * ds->width());
-    int32_t label = 0;
-    for (int64_t i : {int64_t{0}, int64_t{1}, ds->size() - 1})
-      if (i >= 0 && i < ds->size()) {
-        ds->get(i, chw.data(), &label);
-        if (label < 0 || label >= ds->num_classes()) std::abort();
-      }
-  } catch (const xrun::data::DataError& e) {
-    xrun_fuzz::expected("cifar10", e.what());
-    // expected: a missing, truncated or malformed file
-  } catch (const std::exception& e) {
-    xrun_fuzz::unexpected("cifar10", e.what());
-  }
+  xrun_fuzz::open_and_read("cifar10", cfg, test);
   return 0;
 }

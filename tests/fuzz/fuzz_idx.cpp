@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/data/dataset.h"
+#include "fuzz_dataset.h"
 #include "fuzz_util.h"
 
 namespace {
@@ -81,21 +82,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cfg.image_size = kSizes[(flags >> 4) & 3];
   cfg.num_classes = 10;
   cfg.limit = cfg.test_limit = flags & 128 ? 2 : 0;
-  try {
-    auto ds = xrun::data::open_dataset(cfg, test ? xrun::data::Split::test : xrun::data::Split::train, 1);
-    (void)ds->describe();
-    std::vector<uint8_t> chw(static_cast<size_t>(ds->channels()) * ds->height() * ds->width());
-    int32_t label = 0;
-    for (int64_t i : {int64_t{0}, int64_t{1}, ds->size() - 1})
-      if (i >= 0 && i < ds->size()) {
-        ds->get(i, chw.data(), &label);
-        if (label < 0 || label >= ds->num_classes()) std::abort();
-      }
-  } catch (const xrun::data::DataError& e) {
-    xrun_fuzz::expected("idx", e.what());
-    // expected: a missing, truncated or malformed file
-  } catch (const std::exception& e) {
-    xrun_fuzz::unexpected("idx", e.what());
-  }
+  xrun_fuzz::open_and_read("idx", cfg, test);
   return 0;
 }
