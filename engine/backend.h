@@ -152,7 +152,7 @@ class OptimizerOp {
   // or copies it back; backends without accumulation support throw.
   virtual void accumulate_begin() = 0;  // acc = grad
   virtual void accumulate_add() = 0;    // acc += grad
-  virtual void accumulate_end() = 0;    // grad = acc
+  virtual void accumulate_end() = 0;    // the next step() reads acc (CPU: grad = acc)
   // Optimizer state for checkpoints, canonical per parameter.
   virtual std::vector<std::string> state_names() const = 0;  // "exp_avg", "exp_avg_sq" / "momentum_buffer"
   // The state `which` (index into state_names) of one parameter, canonical layout.

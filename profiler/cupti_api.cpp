@@ -65,6 +65,8 @@ Loaded load() {
        a.activity_push_external_correlation_id, missing);
   bind(handle, "cuptiActivityPopExternalCorrelationId", a.activity_pop_external_correlation_id,
        missing);
+  bind(handle, "cuptiSetThreadIdType", a.set_thread_id_type, missing);
+  bind(handle, "cuptiGetThreadIdType", a.get_thread_id_type, missing);
   if (!missing.empty()) {
     l.why_not = a.library + " lacks " + missing + " (an older CUPTI than this build's)";
     return l;  // the handle stays open: harmless, and dlclose could unload a library in use

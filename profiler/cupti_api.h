@@ -6,9 +6,12 @@
 
 #include <cupti.h>
 
+#include <memory>
 #include <string>
 
 namespace xrun::profiler {
+
+class ActivityCapture;
 
 struct CuptiApi {
   decltype(&cuptiGetVersion) get_version;
@@ -23,11 +26,19 @@ struct CuptiApi {
   decltype(&cuptiActivityGetNumDroppedRecords) activity_get_num_dropped_records;
   decltype(&cuptiActivityPushExternalCorrelationId) activity_push_external_correlation_id;
   decltype(&cuptiActivityPopExternalCorrelationId) activity_pop_external_correlation_id;
+  decltype(&cuptiSetThreadIdType) set_thread_id_type;
+  decltype(&cuptiGetThreadIdType) get_thread_id_type;
   std::string library;  // the file that was loaded
 };
 
 // The loaded library (loaded once, kept for the process), or nullptr with
 // `why_not` saying which libraries were tried.
 const CuptiApi* cupti_api(std::string* why_not = nullptr);
+
+// ActivityCapture::start with the given functions (the loaded library's;
+// tests pass stand-ins to see what the collector asks of CUPTI). One
+// capture at a time: `functions` must outlive it.
+std::unique_ptr<ActivityCapture> start_cupti_capture(const CuptiApi& functions,
+                                                     std::string& why_not);
 
 }  // namespace xrun::profiler

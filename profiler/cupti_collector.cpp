@@ -32,8 +32,10 @@ struct Completed {
   size_t valid;
 };
 
-// The library, loaded before any capture starts (ActivityCapture::start).
-const CuptiApi& api() { return *cupti_api(); }
+// The functions in use: the loaded library's (ActivityCapture::start), or a
+// test's stand-ins (start_cupti_capture).
+const CuptiApi* g_api = nullptr;
+const CuptiApi& api() { return *g_api; }
 
 std::mutex g_mu;
 std::vector<Completed> g_completed;
@@ -80,8 +82,13 @@ class CuptiCapture final : public ActivityCapture {
   }
 
   // Enables everything once (so a refusal shows at start), then idles.
+  // API records carry the system thread id (gettid, as host_thread() and
+  // the host trace use), not CUPTI's default pthread_self(), so they land on
+  // the host thread's track.
   bool enable_all(std::string& why_not) {
-    CUptiResult r = api().activity_register_callbacks(buffer_requested, buffer_completed);
+    CUptiResult r = api().set_thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+    if (r == CUPTI_SUCCESS)
+      r = api().activity_register_callbacks(buffer_requested, buffer_completed);
     if (r == CUPTI_SUCCESS) r = api().activity_enable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
     for (CUpti_ActivityKind k : kTracedKinds)
       if (r == CUPTI_SUCCESS) r = api().activity_enable(k);
@@ -135,11 +142,18 @@ class CuptiCapture final : public ActivityCapture {
 
 }  // namespace
 
-std::unique_ptr<ActivityCapture> ActivityCapture::start(std::string& why_not) {
-  if (!cupti_api(&why_not)) return nullptr;
+std::unique_ptr<ActivityCapture> start_cupti_capture(const CuptiApi& functions,
+                                                     std::string& why_not) {
+  g_api = &functions;
   auto capture = std::make_unique<CuptiCapture>();
   if (!capture->enable_all(why_not)) return nullptr;
   return capture;
+}
+
+std::unique_ptr<ActivityCapture> ActivityCapture::start(std::string& why_not) {
+  const CuptiApi* loaded = cupti_api(&why_not);
+  if (!loaded) return nullptr;
+  return start_cupti_capture(*loaded, why_not);
 }
 
 }  // namespace xrun::profiler

@@ -2,11 +2,16 @@
 // CUDNN_BATCHNORM_SPATIAL_PERSISTENT) with ReLU fused (OPS_BN_ACTIVATION)
 // or the residual add + ReLU fused (OPS_BN_ADD_ACTIVATION, whose backward
 // writes the residual's gradient too); the per-layer reserve space carries
-// what backward needs from forward. Where cuDNN does not support the fused
-// form (CUDNN_STATUS_NOT_SUPPORTED when sizing it) the layer falls back to
-// plain batch norm plus xrun's ReLU / add+ReLU kernels. Scale, bias and
-// statistics are fp32 whatever the activation type; running statistics are
-// cuDNN's (momentum 0.1, unbiased running variance, as PyTorch).
+// what backward needs from forward. The fused form is used only where cuDNN
+// runs it: its sizes are queried when the layer is built and, once the plan
+// is bound, one trial forward and backward on the layer's own buffers must
+// return success (cuDNN documents the semi-persistent NHWC kernels for half
+// data; what it accepts for fp32 differs by version and card). Otherwise
+// the layer runs plain batch norm plus xrun's ReLU / add+ReLU kernels. It
+// never runs with a null workspace. Scale, bias and statistics are fp32
+// whatever the activation type; running statistics are cuDNN's (momentum
+// 0.1, unbiased running variance, as PyTorch).
+#include <algorithm>
 #include <stdexcept>
 
 #include "engine/cuda/cuda_backend.h"
@@ -58,23 +63,41 @@ class CudaBatchNorm final : public BatchNormOp, public CudaOp {
         cudnnGetBatchNormalizationTrainingExReserveSpaceSize(be.cudnn(), kMode, ops_, a, x->desc,
                                                              &reserve) == CUDNN_STATUS_SUCCESS;
     if (fused_) {
-      be.need_workspace(std::max(fwd_ws, bwd_ws));
+      // At least some bytes, so the fused calls never see a null workspace.
+      be.need_workspace(std::max({fwd_ws, bwd_ws, kMinWorkspace}));
       if (reserve > 0)
         reserve_ = be.declare_buffer(name + ".reserve", {static_cast<int64_t>(reserve)}, reserve,
                                      TensorRole::workspace);
-    } else if (act == BnActivation::relu) {
-      // Unfused backward needs the gradient before the ReLU somewhere.
-      pre_relu_grad_ = be.declare_activation(name + ".dz", x->dims, c, TensorRole::activation_grad);
     }
     be.register_op(this);
   }
+
 
   ~CudaBatchNorm() override {
     if (param_desc_) cudnnDestroyTensorDescriptor(param_desc_);
     if (relu_) cudnnDestroyActivationDescriptor(relu_);
   }
 
-  void bind() override {}
+  // The trial: one fused forward (running statistics left out: cuDNN takes
+  // both as null) and one fused backward on the bound buffers, which every
+  // real step overwrites before reading. Any status but success, or no
+  // workspace, and the layer stays unfused for the whole run.
+  void bind() override {
+    if (!fused_) return;
+    if (!be_.workspace()) {
+      fused_ = false;
+      return;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    fused_ = cudnnBatchNormalizationForwardTrainingEx(
+                 be_.cudnn(), kMode, ops_, &one, &zero, x_->desc, x_->data, z_desc(), z_data(),
+                 as_cuda(y)->desc, y->data, param_desc_, gamma->data, beta->data, 0.0, nullptr,
+                 nullptr, kEps, saved_mean_->data, saved_inv_var_->data, activation(),
+                 be_.workspace(), be_.workspace_bytes(), reserve_data(),
+                 reserve_bytes()) == CUDNN_STATUS_SUCCESS;
+    if (fused_ && dx_)
+      fused_ = run_fused_backward() == CUDNN_STATUS_SUCCESS;
+  }
 
   void forward_train() override {
     const float one = 1.0f, zero = 0.0f;
@@ -106,21 +129,15 @@ class CudaBatchNorm final : public BatchNormOp, public CudaOp {
     if (!dx_) throw std::logic_error("batch norm backward without dx");
     const float one = 1.0f, zero = 0.0f;
     if (fused_) {
-      CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
-          be_.cudnn(), kMode, ops_, &one, &zero, &one, &zero, x_->desc, x_->data,
-          as_cuda(y)->desc, y->data, as_cuda(dy)->desc, dy->data,
-          act_ == BnActivation::add_relu ? d_residual_->desc : nullptr,
-          act_ == BnActivation::add_relu ? d_residual_->data : nullptr, dx_->desc, dx_->data,
-          param_desc_, gamma->data, beta->data, gamma_grad->data, beta_grad->data, kEps,
-          saved_mean_->data, saved_inv_var_->data, activation(), be_.workspace(),
-          be_.workspace_bytes(), reserve_data(), reserve_bytes()));
+      CUDNN_CHECK(run_fused_backward());
       return;
     }
     // Unfused: the gradient before the ReLU (which, with add_relu, is also the
-    // residual's gradient), then plain batch norm backward.
+    // residual's gradient; with relu alone it replaces dy in place: nothing
+    // reads dy after this layer's backward), then plain batch norm backward.
     CudaTensor* g = as_cuda(dy);
     if (act_ != BnActivation::none) {
-      g = act_ == BnActivation::add_relu ? d_residual_ : pre_relu_grad_;
+      g = act_ == BnActivation::add_relu ? d_residual_ : as_cuda(dy);
       relu_backward(y->data, dy->data, g->data, be_.activation_type(),
                     as_cuda(y)->stored_elements(), be_.stream());
     }
@@ -132,6 +149,19 @@ class CudaBatchNorm final : public BatchNormOp, public CudaOp {
 
  private:
   static constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+  static constexpr size_t kMinWorkspace = 256;
+
+  cudnnStatus_t run_fused_backward() {
+    const float one = 1.0f, zero = 0.0f;
+    return cudnnBatchNormalizationBackwardEx(
+        be_.cudnn(), kMode, ops_, &one, &zero, &one, &zero, x_->desc, x_->data,
+        as_cuda(y)->desc, y->data, as_cuda(dy)->desc, dy->data,
+        act_ == BnActivation::add_relu ? d_residual_->desc : nullptr,
+        act_ == BnActivation::add_relu ? d_residual_->data : nullptr, dx_->desc, dx_->data,
+        param_desc_, gamma->data, beta->data, gamma_grad->data, beta_grad->data, kEps,
+        saved_mean_->data, saved_inv_var_->data, activation(), be_.workspace(),
+        be_.workspace_bytes(), reserve_data(), reserve_bytes());
+  }
 
   cudnnTensorDescriptor_t z_desc() const {
     return act_ == BnActivation::add_relu ? residual_->desc : nullptr;
@@ -164,7 +194,6 @@ class CudaBatchNorm final : public BatchNormOp, public CudaOp {
   CudaTensor* saved_mean_ = nullptr;
   CudaTensor* saved_inv_var_ = nullptr;
   CudaTensor* reserve_ = nullptr;
-  CudaTensor* pre_relu_grad_ = nullptr;
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "engine/cuda/conv_rules.h"
 #include "engine/cuda/cuda_backend.h"
 
 namespace xrun::cuda {
@@ -176,14 +177,9 @@ class CudaConv final : public ConvOp, public CudaOp {
   }
   static int index(Pass p) { return static_cast<int>(p); }
 
-  // fp32 means no TF32 anywhere: refuse tensor-op math for fp32 runs (on
-  // sm_80+ DEFAULT_MATH may use TF32, so only FMA math is accepted there).
-  bool acceptable(const Candidate& c) const {
-    if (c.status != CUDNN_STATUS_SUCCESS || c.memory > limit_) return false;
-    if (be_.precision() == "fp32")
-      return c.math == CUDNN_FMA_MATH || (c.math == CUDNN_DEFAULT_MATH && be_.compute_capability() < 80);
-    return true;
-  }
+  // See conv_rules.h: any successful candidate within the limit; fp32
+  // executes it with FMA math (use()).
+  bool acceptable(const Candidate& c) const { return usable_candidate(c.status, c.memory, limit_); }
 
   std::vector<Candidate> heuristic_candidates(Pass p) {
     constexpr int kMax = 16;
@@ -288,7 +284,7 @@ class CudaConv final : public ConvOp, public CudaOp {
   void use(Pass p, const ConvAlgoChoice& ch, const char* source, double search_ms) {
     Choice& c = choice_[index(p)];
     c.algo = ch.algo;
-    c.math = static_cast<cudnnMathType_t>(ch.math_type);
+    c.math = execution_math(be_.precision(), static_cast<cudnnMathType_t>(ch.math_type));
     c.workspace = static_cast<size_t>(ch.workspace_bytes);
     ConvAlgoRecord r;
     r.layer = name_;
@@ -297,6 +293,7 @@ class CudaConv final : public ConvOp, public CudaOp {
     r.algo_name = algo_name(p, ch.algo);
     r.source = source;
     r.choice = ch;
+    r.choice.math_type = static_cast<int>(c.math);  // what runs, not what cuDNN reported
     be_.add_algo_record(std::move(r), search_ms);
   }
 

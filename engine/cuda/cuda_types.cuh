@@ -1,6 +1,7 @@
 // engine/cuda/cuda_types.cuh: device-side helpers shared by xrun's kernels:
 // load/store of fp32/fp16/bf16 values as float, the type dispatch used by
-// every launcher, and the launch geometry of element-wise kernels.
+// every launcher, the launch geometry of element-wise kernels, and the check
+// that follows every <<<>>> launch.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,6 +9,7 @@
 
 #include <stdexcept>
 
+#include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
 
 namespace xrun::cuda {
@@ -44,6 +46,12 @@ inline unsigned blocks_for(int64_t count) {
   const int64_t b = (count + kThreads - 1) / kThreads;
   return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
 }
+
+// After every <<<>>>: a launch that failed (bad configuration, no kernel
+// image for this card...) throws here instead of leaving wrong numbers.
+// cudaPeekAtLastError does not clear the error and is legal while a CUDA
+// graph is being captured.
+#define XRUN_CHECK_LAUNCH() CUDA_CHECK(cudaPeekAtLastError())
 
 // Grid-stride loop over [0, count).
 #define XRUN_GRID_LOOP(i, count)                                                      \

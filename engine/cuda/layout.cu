@@ -84,6 +84,7 @@ void nchw_to_nhwc(const float* src, void* dst, DataType dt, int64_t n, int64_t c
     const int64_t total = n * h * w * c_pad;
     nchw_to_nhwc_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
         src, static_cast<T*>(dst), n, c, h * w, c_pad);
+    XRUN_CHECK_LAUNCH();
   });
 }
 
@@ -94,6 +95,7 @@ void nhwc_to_nchw(const void* src, DataType dt, float* dst, int64_t n, int64_t c
     const int64_t total = n * c * h * w;
     nhwc_to_nchw_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
         static_cast<const T*>(src), dst, n, c, h * w, c_pad);
+    XRUN_CHECK_LAUNCH();
   });
 }
 
@@ -103,6 +105,7 @@ void cast_from_float(const float* src, void* dst, DataType dt, int64_t count,
     using T = std::remove_pointer_t<decltype(tag)>;
     cast_from_float_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(
         src, static_cast<T*>(dst), count);
+    XRUN_CHECK_LAUNCH();
   });
 }
 
@@ -111,6 +114,7 @@ void cast_to_float(const void* src, DataType dt, float* dst, int64_t count, cuda
     using T = std::remove_pointer_t<decltype(tag)>;
     cast_to_float_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(
         static_cast<const T*>(src), dst, count);
+    XRUN_CHECK_LAUNCH();
   });
 }
 
@@ -122,6 +126,7 @@ void normalize_images(const uint8_t* images, void* dst, DataType dt, int64_t n, 
     const int64_t total = n * h * w * c_pad;
     normalize_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
         images, static_cast<T*>(dst), n, count, c, h, w, c_pad, norm, augment);
+    XRUN_CHECK_LAUNCH();
   });
 }
 

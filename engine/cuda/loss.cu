@@ -101,6 +101,7 @@ void softmax_cross_entropy(const void* logits, void* dlogits, DataType dt, const
     softmax_ce_kernel<T><<<static_cast<unsigned>(rows), kLossThreads, 0, stream>>>(
         static_cast<const T*>(logits), static_cast<T*>(dlogits), labels, valid, classes,
         grad_scale, backward, totals);
+    XRUN_CHECK_LAUNCH();
   });
 }
 

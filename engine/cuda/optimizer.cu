@@ -91,6 +91,7 @@ void check_finite(const GradientSource& g, int64_t count, int* found_inf, cudaSt
     using H = std::remove_pointer_t<decltype(tag)>;
     check_finite_kernel<H><<<blocks_for(count), kThreads, 0, stream>>>(
         g.g32, static_cast<const H*>(g.g16), count, found_inf);
+    XRUN_CHECK_LAUNCH();
   });
 }
 
@@ -102,6 +103,7 @@ void adamw_step(float* p, void* p16, DataType half_type, const GradientSource& g
     adamw_kernel<H><<<blocks_for(count), kThreads, 0, stream>>>(
         p, static_cast<H*>(p16), g.g32, static_cast<const H*>(g.g16), m, v, count, args,
         found_inf);
+    XRUN_CHECK_LAUNCH();
   });
 }
 
@@ -112,6 +114,7 @@ void sgd_step(float* p, void* p16, DataType half_type, const GradientSource& g, 
     sgd_kernel<H><<<blocks_for(count), kThreads, 0, stream>>>(
         p, static_cast<H*>(p16), g.g32, static_cast<const H*>(g.g16), buf, count, args,
         found_inf);
+    XRUN_CHECK_LAUNCH();
   });
 }
 
@@ -121,6 +124,7 @@ void accumulate_gradients(float* acc, const GradientSource& g, int64_t count, bo
     using H = std::remove_pointer_t<decltype(tag)>;
     accumulate_kernel<H><<<blocks_for(count), kThreads, 0, stream>>>(
         acc, g.g32, static_cast<const H*>(g.g16), count, first);
+    XRUN_CHECK_LAUNCH();
   });
 }
 

@@ -3,8 +3,9 @@
 // reading gradients from the fp32 region plus, in fp16/bf16 runs, the
 // half-precision gradient mirror, and refreshing the half weight copies; the
 // inf/NaN check that lets an fp16 step be skipped on the device with no
-// host round trip; gradient accumulation; optimizer state as canonical
-// tensors for checkpoints.
+// host round trip; gradient accumulation (the step after accumulate_end
+// reads the fp32 sum itself); optimizer state as canonical tensors for
+// checkpoints.
 #include <cmath>
 #include <stdexcept>
 
@@ -66,6 +67,7 @@ class CudaOptimizer final : public OptimizerOp {
 
   void apply() override {
     const GradientSource g = gradients();
+    from_sum_ = false;
     const int64_t n = be_.parameter_count();
     int* flag = nullptr;
     if (checked_) {
@@ -106,14 +108,13 @@ class CudaOptimizer final : public OptimizerOp {
 
   void accumulate_begin() override { accumulate(true); }
   void accumulate_add() override { accumulate(false); }
+  // The next step reads the sum where it is. (Copying it back into the fp32
+  // gradient region would leave it there for the next accumulate_begin in
+  // fp16/bf16 runs, whose conv and fc gradients go only to the half mirror:
+  // the sum would keep growing, g, 2g, 3g...)
   void accumulate_end() override {
     need_accumulation();
-    // The sum goes back to the fp32 gradients; the half part is now in it.
-    const size_t bytes = static_cast<size_t>(be_.parameter_count()) * sizeof(float);
-    CUDA_CHECK(cudaMemcpyAsync(be_.region(TensorRole::gradient), be_.mirror_region("grad_accum"),
-                               bytes, cudaMemcpyDeviceToDevice, be_.stream()));
-    if (be_.half_grads_region())
-      CUDA_CHECK(cudaMemsetAsync(be_.half_grads_region(), 0, bytes / 2, be_.stream()));
+    from_sum_ = true;
   }
 
   void read_state(int which, const Tensor* param, std::span<float> canonical) override {
@@ -127,8 +128,15 @@ class CudaOptimizer final : public OptimizerOp {
   }
 
  private:
+  // This micro-batch's gradients (fp32 region + half mirror), or after
+  // accumulate_end the fp32 sum alone.
   GradientSource gradients() const {
     GradientSource g;
+    if (from_sum_) {
+      g.g32 = be_.mirror_region("grad_accum");
+      g.half_type = be_.activation_type();
+      return g;
+    }
     g.g32 = be_.region(TensorRole::gradient);
     g.g16 = be_.half_grads_region();
     g.half_type = be_.activation_type();
@@ -139,6 +147,7 @@ class CudaOptimizer final : public OptimizerOp {
   }
   void accumulate(bool first) {
     need_accumulation();
+    from_sum_ = false;
     accumulate_gradients(be_.mirror_region("grad_accum"), gradients(), be_.parameter_count(),
                          first, be_.stream());
   }
@@ -173,6 +182,7 @@ class CudaOptimizer final : public OptimizerOp {
   bool checked_ = false;
   bool momentum_started_ = false;
   bool first_pending_ = false;
+  bool from_sum_ = false;  // accumulate_end .. apply: the step reads grad_accum
 };
 
 }  // namespace

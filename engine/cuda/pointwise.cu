@@ -68,6 +68,7 @@ __global__ void avg_pool_backward_kernel(const T* dy, T* dx, int64_t n, int64_t 
   dispatch(dt, [&](auto* tag) {                                                   \
     using T = std::remove_pointer_t<decltype(tag)>;                               \
     kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(__VA_ARGS__);          \
+    XRUN_CHECK_LAUNCH();                                                          \
   })
 
 void add_inplace(void* dst, const void* src, DataType dt, int64_t count, cudaStream_t stream) {

@@ -355,6 +355,46 @@ TEST_CASE("CUPTI is loaded at run time, every function found", "[profiler][activ
   CHECK(cupti_api() == api);  // loaded once
 }
 
+// Stand-ins for CUPTI's functions: what the collector asks of CUPTI, seen
+// without a device.
+namespace fake_cupti {
+std::vector<std::string> calls;
+CUpti_ActivityThreadIdType thread_id_type = CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT;
+CUptiResult set_thread_id_type(CUpti_ActivityThreadIdType t) {
+  calls.push_back("set_thread_id_type");
+  thread_id_type = t;
+  return CUPTI_SUCCESS;
+}
+CUptiResult register_callbacks(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc) {
+  calls.push_back("register_callbacks");
+  return CUPTI_SUCCESS;
+}
+CUptiResult enable(CUpti_ActivityKind) { return CUPTI_SUCCESS; }
+CUptiResult flush_all(uint32_t) { return CUPTI_SUCCESS; }
+}  // namespace fake_cupti
+
+TEST_CASE("CUPTI capture asks for system thread ids before anything else",
+          "[profiler][activity][cupti]") {
+  // API records must carry gettid() (the host trace's thread ids, so they
+  // land on the host track), not CUPTI's default pthread_self().
+  CuptiApi api{};
+  api.set_thread_id_type = fake_cupti::set_thread_id_type;
+  api.activity_register_callbacks = fake_cupti::register_callbacks;
+  api.activity_enable = fake_cupti::enable;
+  api.activity_disable = fake_cupti::enable;
+  api.activity_flush_all = fake_cupti::flush_all;
+  std::string why;
+  {
+    auto capture = start_cupti_capture(api, why);
+    INFO(why);
+    REQUIRE(capture != nullptr);
+  }
+  CHECK(fake_cupti::thread_id_type == CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+  REQUIRE(fake_cupti::calls.size() >= 2);
+  CHECK(fake_cupti::calls[0] == "set_thread_id_type");
+  CHECK(fake_cupti::calls[1] == "register_callbacks");
+}
+
 TEST_CASE("CUPTI copy kinds map to directions and host memory", "[profiler][activity][cupti]") {
   CHECK(copy_direction(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD) == CopyDirection::h2d);
   CHECK(copy_direction(CUPTI_ACTIVITY_MEMCPY_KIND_DTOH) == CopyDirection::d2h);
