@@ -17,8 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/records.h"
-#include "engine/tensor.h"
+#include "core/config.h"
+#include "core/records.h"
+#include "core/tensor.h"
 
 namespace xrun {
 
@@ -171,8 +172,8 @@ struct OptimizerSettings {
 // What a backend is made with (make_backend).
 struct BackendOptions {
   int threads = 0;                    // CPU threads, 0 = all cores
-  std::string precision = "fp32";     // fp32 | tf32 | fp16 | bf16
-  std::string cudnn_benchmark = "false";  // false | true | cached
+  Precision precision = Precision::fp32;
+  CudnnBenchmark cudnn_benchmark = CudnnBenchmark::off;
   std::map<std::string, ConvAlgoChoice> algo_cache;  // "cached": earlier choices by key
   size_t conv_workspace_limit = size_t{1} << 30;     // bytes for any one convolution
 };

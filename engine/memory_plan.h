@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/records.h"
-#include "engine/tensor.h"
+#include "core/records.h"
+#include "core/tensor.h"
 
 namespace xrun {
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "engine/config.h"
+#include "core/config.h"
 
 namespace xrun {
 

@@ -1,31 +1,11 @@
 // engine/step_stats.cpp: see step_stats.h.
 #include "engine/step_stats.h"
 
-#include <algorithm>
 #include <cmath>
 
+#include "core/stats.h"
+
 namespace xrun {
-
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
-int64_t count_outliers(const std::vector<double>& values) {
-  if (values.size() < 3) return 0;
-  const double med = quantile(values, 0.5);
-  std::vector<double> dev;
-  dev.reserve(values.size());
-  for (double x : values) dev.push_back(std::fabs(x - med));
-  const double mad = 1.4826 * quantile(dev, 0.5);
-  if (mad <= 0) return 0;
-  return std::count_if(values.begin(), values.end(),
-                       [&](double x) { return std::fabs(x - med) > 5 * mad; });
-}
 
 void summarize_steps(std::span<const StepRecord> steps, RunSummary& s) {
   std::vector<double> times;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 
+#include "core/stats.h"
 #include "profiler/phase_timer.h"
 
 namespace xrun::profiler {
@@ -213,14 +214,6 @@ uint64_t union_length(std::vector<std::pair<uint64_t, uint64_t>> intervals, uint
   }
   return total;
 }
-
-namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-}  // namespace
 
 double tracing_overhead(const std::vector<double>& traced_ms,
                         const std::vector<double>& untraced_ms) {

@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/records.h"
+#include "core/records.h"
 
 namespace xrun::profiler {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/records.h"
+#include "core/records.h"
 #include "profiler/activity.h"
 #include "profiler/nvtx.h"
 
@@ -42,6 +42,9 @@ class GpuActivity : private RangeListener {
   // nullptr (and `why_not`) when CUPTI cannot start. `trace_window`: how many
   // measured steps keep their records as timeline events (0 for "summary").
   static std::unique_ptr<GpuActivity> start(int64_t trace_window, std::string& why_not);
+  // Over a given capture (tests: a stand-in for CUPTI).
+  static std::unique_ptr<GpuActivity> over(std::unique_ptr<ActivityCapture> capture,
+                                           int64_t trace_window);
   ~GpuActivity() override;
 
   // Around each measured step (`index` counts measured steps from 0);

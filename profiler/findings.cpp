@@ -16,7 +16,7 @@ std::string percent(double share) {
 
 std::vector<Finding> run_findings(const RunConfig& cfg, const RunSummary& s) {
   std::vector<Finding> out;
-  const bool gpu = cfg.train.device.rfind("cuda", 0) == 0;
+  const bool gpu = cfg.train.device.is_gpu();
   if (s.measured_steps > 0 && s.data_wait_fraction > 0.05) {
     std::string advice = "raise data.workers (now " + std::to_string(cfg.data.workers) + ")";
     if (gpu && !cfg.data.pin_memory) advice += " or set data.pin_memory = true";
@@ -31,7 +31,7 @@ std::vector<Finding> run_findings(const RunConfig& cfg, const RunSummary& s) {
                        " step(s) skipped on inf/NaN gradients (the fp16 loss scale backed off); "
                        "a few early on are normal, many mean the model overflows fp16: try bf16",
                    static_cast<double>(s.skipped_steps)});
-  if (gpu && cfg.train.cudnn_benchmark == "false")
+  if (gpu && cfg.train.cudnn_benchmark == CudnnBenchmark::off)
     out.push_back({"cudnn_benchmark_off",
                    "cudnn_benchmark is off while convolutions are most of a ResNet step: "
                    "true (or \"cached\") times the candidates once and often picks faster "

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/config.h"
-#include "engine/records.h"
+#include "core/config.h"
+#include "core/records.h"
 
 namespace xrun::profiler {
 

@@ -13,6 +13,11 @@ namespace xrun::profiler {
 std::unique_ptr<GpuActivity> GpuActivity::start(int64_t trace_window, std::string& why_not) {
   std::unique_ptr<ActivityCapture> capture = ActivityCapture::start(why_not);
   if (!capture) return nullptr;
+  return over(std::move(capture), trace_window);
+}
+
+std::unique_ptr<GpuActivity> GpuActivity::over(std::unique_ptr<ActivityCapture> capture,
+                                               int64_t trace_window) {
   return std::unique_ptr<GpuActivity>(new GpuActivity(std::move(capture), trace_window));
 }
 

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/records.h"
+#include "core/records.h"
 
 namespace xrun::profiler {
 

@@ -1,7 +1,7 @@
 // runner/config_schema.cpp: the table of every experiment key and the checks
 // it drives: type and range checks of a TOML value, "did you mean" for
 // unknown keys, and the Markdown key reference. To add a key: one line in
-// keys() below, the field in engine/config.h, and its line in
+// keys() below, the field in core/config.h, and its line in
 // to_run_config (runner/run_config.cpp); validation and docs follow.
 #include "runner/config_schema.h"
 

@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/config.h"
+#include "core/config.h"
 
 namespace xrun {
 

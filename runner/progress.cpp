@@ -88,4 +88,45 @@ void ProgressDisplay::end_run(const std::string& line) {
   std::fflush(out_);
 }
 
+void ProgressLine::on_run_begin(const Environment& env, const RunShape& shape) {
+  shape_ = shape;
+  last_loss_ = NAN;
+  since_ = std::chrono::steady_clock::now();
+  display_.message(cfg_.model.arch + " (" + std::to_string(shape.parameters) +
+                   " parameters), batch " + std::to_string(shape.batch_size) + ", " +
+                   std::to_string(shape.total_steps) + " steps in " +
+                   std::to_string(shape.epochs) + " epoch(s) on " + cfg_.train.device.name() +
+                   " (" + env.get("device_name") + ")");
+}
+
+void ProgressLine::on_step_end(const StepRecord& r) {
+  if (std::isfinite(r.loss)) last_loss_ = r.loss;
+  images_ += r.images;
+  ++steps_;
+  const int64_t done = r.step + 1;
+  if (done % cfg_.train.log_every != 0 && done != shape_.total_steps) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double secs = std::chrono::duration<double>(now - since_).count();
+  Progress p;
+  p.step = done;
+  p.total_steps = shape_.total_steps;
+  p.epoch = r.epoch;
+  p.epochs = shape_.epochs;
+  p.loss = last_loss_;
+  p.images_per_second = secs > 0 ? static_cast<double>(images_) / secs : 0;
+  p.eta_seconds = steps_ > 0 ? secs / static_cast<double>(steps_) *
+                                   static_cast<double>(shape_.total_steps - done)
+                             : 0;
+  p.warmup = r.kind == StepKind::warmup;
+  display_.update(p);
+  since_ = now;
+  images_ = steps_ = 0;
+}
+
+void ProgressLine::on_epoch_end(const EpochRecord& e) {
+  display_.epoch(e, shape_.epochs);
+  since_ = std::chrono::steady_clock::now();  // eval time is not training throughput
+  images_ = steps_ = 0;
+}
+
 }  // namespace xrun::cli

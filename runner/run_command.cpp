@@ -18,7 +18,7 @@
 #include "engine/device/device_info.h"
 #include "engine/backend.h"
 #include "engine/trainer.h"
-#include "profiler/findings.h"
+#include "profiler/run_observers.h"
 #include "runner/commands.h"
 #include "runner/experiment.h"
 #include "runner/progress.h"
@@ -95,9 +95,9 @@ store::NewRun new_run(const Plan& plan, const RunSpec& spec, const RunConfig& cf
   r.config_hash = spec.config_hash;
   r.experiment_hash = spec.experiment_hash;
   r.label = spec.config.at("store").at("label").get<std::string>();
-  r.device = cfg.train.device;
+  r.device = cfg.train.device.name();
   r.params = spec.params;
-  r.environment = collect_environment(cfg.train.device);
+  r.environment = collect_environment(r.device);
   return r;
 }
 
@@ -136,6 +136,45 @@ std::string check_output_paths(const Plan& plan, const std::vector<const RunSpec
   return "";
 }
 
+// The observers of one run, from profile.* (core/run_observer.h gives the
+// order's meaning): the trace window and CUPTI ahead of the ranges they
+// follow, then timers, findings, what the user sees, what the store keeps.
+void add_profiler_observers(RunObservers& obs, const RunConfig& cfg, ProgressDisplay& display) {
+  if (cfg.profile.cupti == CuptiMode::trace)
+    obs.add(std::make_unique<profiler::TraceWindow>(cfg.profile.trace_steps));
+  if (cfg.profile.cupti != CuptiMode::off && cfg.train.device.is_gpu()) {
+    std::string why_not;
+    auto cupti = profiler::CuptiActivity::start(
+        cfg.profile.cupti == CuptiMode::trace ? cfg.profile.trace_steps : 0, cfg.train.log_every,
+        why_not);
+    if (cupti)
+      obs.add(std::move(cupti));
+    else
+      display.message("CUPTI tracing off: " + why_not + "; NVTX ranges and host timers go on");
+  } else if (cfg.profile.cupti == CuptiMode::summary) {
+    display.message("profile.cupti = \"summary\" records GPU activity; this " +
+                    cfg.train.device.name() + " run has its host phase timers");
+  }
+  obs.add(std::make_unique<profiler::Ranges>(cfg.profile.nvtx));
+  obs.add(std::make_unique<profiler::PhaseTimes>());
+  if (cfg.profile.layers) obs.add(std::make_unique<profiler::LayerTimes>());
+  obs.add(std::make_unique<profiler::Findings>(cfg));
+}
+
+// What the store keeps while the run goes: its environment and its epochs.
+class StoredRecords final : public RunObserver {
+ public:
+  StoredRecords(store::Store& db, const std::string& uuid) : db_(db), uuid_(uuid) {}
+  void on_run_begin(const Environment& env, const RunShape&) override {
+    db_.set_environment(uuid_, env);
+  }
+  void on_epoch_end(const EpochRecord& e) override { db_.write_epoch(uuid_, e); }
+
+ private:
+  store::Store& db_;
+  const std::string& uuid_;
+};
+
 struct Outcome {
   store::RunStatus status;
   std::string line;  // for the final table
@@ -159,40 +198,28 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
   // driver and cuDNN version (cudnn_benchmark = "cached").
   const Environment& env0 = row.environment;
   const std::string device_key =
-      cfg.train.device == "cpu" ? ""
+      !cfg.train.device.is_gpu() ? ""
                                 : env0.get("device_name") + " | cc " +
                                       env0.get("compute_capability") + " | driver " +
                                       env0.get("driver") + " | cuDNN " + env0.get("cudnn");
   TrainContext context;
-  if (cfg.train.cudnn_benchmark == "cached") context.algo_cache = db.conv_algo_cache(device_key);
+  if (cfg.train.cudnn_benchmark == CudnnBenchmark::cached)
+    context.algo_cache = db.conv_algo_cache(device_key);
   display.message("stored as " + uuid + " in " + db.path());
 
   store::StepWriter steps(db.path(), uuid);
-  int epochs = 0;
-  TrainEvents ev;
-  ev.started = [&](const Environment& env, const RunShape& shape) {
-    db.set_environment(uuid, env);
-    epochs = shape.epochs;
-    display.message(cfg.model.arch + " (" + std::to_string(shape.parameters) +
-                    " parameters), batch " + std::to_string(shape.batch_size) + ", " +
-                    std::to_string(shape.total_steps) + " steps in " +
-                    std::to_string(shape.epochs) + " epoch(s) on " + cfg.train.device + " (" +
-                    env.get("device_name") + ")");
-  };
-  ev.step = [&](const StepRecord& r) { steps.push(r); };
-  ev.epoch = [&](const EpochRecord& e) {
-    db.write_epoch(uuid, e);
-    display.epoch(e, epochs);
-  };
-  ev.progress = [&](const Progress& p) { display.update(p); };
-  ev.message = [&](const std::string& m) { display.message(m); };
+  ProgressLine progress(display, cfg);
+  StoredRecords stored(db, uuid);
   // A stop signal, or a store that can no longer take the steps (disk full):
   // no point training on when nothing it produces can be kept.
-  ev.stop_requested = [&steps] { return g_interrupts.load() > 0 || steps.failing(); };
+  context.stop_requested = [&steps] { return g_interrupts.load() > 0 || steps.failing(); };
 
   RunSummary empty;
   try {
-    TrainResult result = train(cfg, ev, context);
+    RunObservers observers;
+    add_profiler_observers(observers, cfg, display);
+    observers.add(progress).add(steps).add(stored);
+    TrainResult result = train(cfg, observers, context);
     steps.flush();
     store::Store::Batch batch(db);  // the results and the status land together or not at all
     db.write_phases(uuid, result.phases);
@@ -201,11 +228,7 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     db.write_memcpy(uuid, result.copies);
     db.write_memory(uuid, result.memory);
     db.write_conv_algorithms(uuid, result.conv_algorithms, device_key);
-    std::vector<FindingRecord> findings;
-    for (const auto& f : profiler::run_findings(cfg, result.summary))
-      findings.push_back({f.check, f.message, f.value});
-    findings.insert(findings.end(), result.gpu_findings.begin(), result.gpu_findings.end());
-    db.write_findings(uuid, findings);
+    db.write_findings(uuid, result.findings);
     db.write_trace(uuid, result.trace);
     db.finish_run(uuid, store::RunStatus::complete, result.summary);
     batch.commit();

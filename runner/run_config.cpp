@@ -38,16 +38,17 @@ RunConfig to_run_config(const nlohmann::json& c) {
   r.data.test_samples = d.at("test_samples").get<int64_t>();
 
   const auto& t = c.at("train");
-  r.train.device = t.at("device").get<std::string>();
+  r.train.device = Device::parse(t.at("device").get<std::string>());
   const auto& batch = t.at("batch_size");
   r.train.batch_size = batch.is_string() ? 0 : batch.get<int>();  // "auto" -> 0
   r.train.memory_fraction = t.at("memory_fraction").get<double>();
   r.train.accumulate = t.at("accumulate").get<int>();
   r.train.epochs = t.at("epochs").get<int>();
   r.train.steps = t.at("steps").get<int64_t>();
-  r.train.precision = t.at("precision").get<std::string>();
+  r.train.precision = parse_precision(t.at("precision").get<std::string>());
   const auto& bench = t.at("cudnn_benchmark");
-  r.train.cudnn_benchmark = bench.is_string() ? bench.get<std::string>() : bench.get<bool>() ? "true" : "false";
+  r.train.cudnn_benchmark = parse_cudnn_benchmark(
+      bench.is_string() ? bench.get<std::string>() : bench.get<bool>() ? "true" : "false");
   r.train.cuda_graphs = t.at("cuda_graphs").get<bool>();
   r.train.seed = t.at("seed").get<uint64_t>();
   r.train.threads = t.at("threads").get<int>();
@@ -79,7 +80,7 @@ RunConfig to_run_config(const nlohmann::json& c) {
 
   const auto& p = c.at("profile");
   r.profile.nvtx = p.at("nvtx").get<bool>();
-  r.profile.cupti = p.at("cupti").get<std::string>();
+  r.profile.cupti = parse_cupti_mode(p.at("cupti").get<std::string>());
   r.profile.layers = p.at("layers").get<bool>();
   r.profile.trace_steps = p.at("trace_steps").get<int64_t>();
   return r;

@@ -14,7 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/records.h"
+#include "core/records.h"
+#include "core/run_observer.h"
 
 struct sqlite3;
 
@@ -205,11 +206,13 @@ class Store {
 };
 
 // Writes step records from a background thread in batched transactions so the
-// training thread never waits on SQLite. Owns its own connection.
-class StepWriter {
+// training thread never waits on SQLite. Owns its own connection. As a run
+// observer it takes each step as the step ends.
+class StepWriter final : public RunObserver {
  public:
   StepWriter(const std::string& db_path, std::string uuid, size_t batch_size = 64);
-  ~StepWriter();  // flushes; never throws
+  ~StepWriter() override;  // flushes; never throws
+  void on_step_end(const StepRecord& step) override { push(step); }
   void push(const StepRecord& step);  // cheap; never touches SQLite
   void flush();                       // blocks until everything pushed is written;
                                       // rethrows a write error from the thread

@@ -87,12 +87,11 @@ class CudaConv final : public ConvOp, public CudaOp {
     std::snprintf(key, sizeof key, "n%lld c%lld h%lld w%lld k%lld r%lld s%lld u%lld p%lld %s",
                   (long long)sh.n, (long long)x->c_pad, (long long)sh.h, (long long)sh.w,
                   (long long)sh.k, (long long)sh.r, (long long)sh.s, (long long)sh.stride,
-                  (long long)sh.pad, be.precision().c_str());
+                  (long long)sh.pad, to_string(be.precision()));
     key_ = key;
 
-    const std::string& mode = be.options().cudnn_benchmark;
     limit_ = be.options().conv_workspace_limit;
-    if (mode == "false") {
+    if (be.options().cudnn_benchmark == CudnnBenchmark::off) {
       for (Pass p : passes()) choose_heuristic(p);
     } else {
       // The search needs the real buffers: it runs in bind(). The workspace
@@ -107,11 +106,11 @@ class CudaConv final : public ConvOp, public CudaOp {
   }
 
   void bind() override {
-    const std::string& mode = be_.options().cudnn_benchmark;
-    if (mode == "false") return;
+    const CudnnBenchmark mode = be_.options().cudnn_benchmark;
+    if (mode == CudnnBenchmark::off) return;
     for (Pass p : passes()) {
       const std::string key = key_ + " " + pass_name(p);
-      if (mode == "cached") {
+      if (mode == CudnnBenchmark::cached) {
         auto it = be_.options().algo_cache.find(key);
         if (it != be_.options().algo_cache.end() &&
             it->second.workspace_bytes <= static_cast<int64_t>(be_.workspace_bytes())) {

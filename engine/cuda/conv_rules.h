@@ -7,7 +7,8 @@
 #include <cudnn.h>
 
 #include <cstddef>
-#include <string>
+
+#include "core/config.h"
 
 namespace xrun::cuda {
 
@@ -24,8 +25,8 @@ inline bool usable_candidate(cudnnStatus_t status, size_t workspace, size_t limi
 // may report another math type (DEFAULT_MATH) for it; an fp32 run executes
 // with FMA whatever was reported. tf32, fp16 and bf16 execute with the math
 // type cuDNN reported for the candidate (API_NOTES: set perf.mathType).
-inline cudnnMathType_t execution_math(const std::string& precision, cudnnMathType_t reported) {
-  return precision == "fp32" ? CUDNN_FMA_MATH : reported;
+inline cudnnMathType_t execution_math(Precision precision, cudnnMathType_t reported) {
+  return precision == Precision::fp32 ? CUDNN_FMA_MATH : reported;
 }
 
 }  // namespace xrun::cuda

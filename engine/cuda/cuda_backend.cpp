@@ -23,11 +23,14 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-DataType storage_for(const std::string& precision) {
-  if (precision == "fp16") return DataType::f16;
-  if (precision == "bf16") return DataType::bf16;
-  if (precision == "fp32" || precision == "tf32") return DataType::f32;
-  throw std::invalid_argument("unknown precision '" + precision + "'");
+DataType storage_for(Precision precision) {
+  switch (precision) {
+    case Precision::fp16: return DataType::f16;
+    case Precision::bf16: return DataType::bf16;
+    case Precision::fp32:
+    case Precision::tf32: return DataType::f32;
+  }
+  throw std::invalid_argument("unknown precision");
 }
 
 // A device buffer for one exchange (write/read): not on the training path.
@@ -73,11 +76,12 @@ CudaBackend::CudaBackend(int device, const BackendOptions& options)
   CUDA_CHECK(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&cc_minor_, cudaDevAttrComputeCapabilityMinor, device));
   const int cc = cc_major_ * 10 + cc_minor_;
-  if ((precision_ == "bf16" || precision_ == "tf32") && cc < 80)
-    throw std::runtime_error("precision '" + precision_ + "' needs compute capability 8.0 or " +
+  if ((precision_ == Precision::bf16 || precision_ == Precision::tf32) && cc < 80)
+    throw std::runtime_error(std::string("precision '") + to_string(precision_) +
+                             "' needs compute capability 8.0 or " +
                              "newer; cuda:" + std::to_string(device) + " is " +
                              std::to_string(cc_major_) + "." + std::to_string(cc_minor_));
-  if (precision_ == "fp16" && cc < 70)
+  if (precision_ == Precision::fp16 && cc < 70)
     throw std::runtime_error("precision 'fp16' needs tensor cores (compute capability 7.0+)");
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
@@ -108,7 +112,7 @@ CudaBackend::~CudaBackend() {
 
 Environment CudaBackend::environment() const {
   Environment env = collect_environment(name());
-  env.fields["precision"] = precision_;
+  env.fields["precision"] = to_string(precision_);
   return env;
 }
 
@@ -123,11 +127,11 @@ cudnnDataType_t CudaBackend::cudnn_type() const {
 
 cudnnMathType_t CudaBackend::conv_math() const {
   if (half()) return CUDNN_TENSOR_OP_MATH;
-  return precision_ == "tf32" ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  return precision_ == Precision::tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
 cublasComputeType_t CudaBackend::gemm_compute() const {
-  return precision_ == "tf32" ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  return precision_ == Precision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
 cudaDataType_t CudaBackend::gemm_type() const {

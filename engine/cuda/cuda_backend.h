@@ -123,7 +123,7 @@ class CudaBackend final : public Backend {
   cudnnMathType_t conv_math() const;
   cublasComputeType_t gemm_compute() const;
   cudaDataType_t gemm_type() const;
-  const std::string& precision() const { return precision_; }
+  Precision precision() const { return precision_; }
   const BackendOptions& options() const { return options_; }
   int compute_capability() const { return cc_major_ * 10 + cc_minor_; }
   void add_algo_record(ConvAlgoRecord r, double search_ms);
@@ -167,7 +167,7 @@ class CudaBackend final : public Backend {
   void* device_alloc(size_t bytes, const char* what);
 
   int device_;
-  std::string precision_;
+  Precision precision_;
   DataType act_;
   BackendOptions options_;
   int cc_major_ = 0, cc_minor_ = 0;

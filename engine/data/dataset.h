@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/config.h"
+#include "core/config.h"
 
 namespace xrun::data {
 

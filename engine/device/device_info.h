@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/records.h"
+#include "core/records.h"
 
 namespace xrun {
 

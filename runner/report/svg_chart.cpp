@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/stats.h"
+
 namespace xrun::report {
 
 // --- Text -------------------------------------------------------------------------
@@ -510,12 +512,6 @@ std::string render_stacked_bars(const StackedBarChart& c) {
 // --- Histogram ---------------------------------------------------------------------------
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // Counts per bin of width bins.step from bins.lo.
 std::vector<int64_t> bin_counts(const std::vector<double>& values, const Ticks& bins) {

@@ -24,7 +24,7 @@ TEST_CASE("every experiments/*.toml loads on a GPU machine", "[config][files]") 
       RunConfig rc = to_run_config(run.config);
       CHECK(rc.name == plan.name);
       // cpu-sweep names the CPU; the others a GPU, or "auto" (the GPU here).
-      CHECK(rc.train.device == (plan.name == "cpu-sweep" ? "cpu" : "cuda:0"));
+      CHECK(rc.train.device.name() == std::string(plan.name == "cpu-sweep" ? "cpu" : "cuda:0"));
       CHECK((rc.train.epochs > 0) != (rc.train.steps > 0));
     }
   }
@@ -62,18 +62,18 @@ TEST_CASE("seed-recipe: the classic recipe", "[config][files]") {
   CHECK(rc.data.path == "data/cifar-10-batches-bin");
   CHECK(rc.model.arch == "resnet50");
   CHECK(rc.train.batch_size == 512);
-  CHECK(rc.train.precision == "fp16");
+  CHECK(rc.train.precision == Precision::fp16);
   CHECK(rc.train.optimizer.name == "adamw");
   CHECK(rc.train.optimizer.lr == 1e-3);
   CHECK(rc.train.optimizer.weight_decay == 0.01);
   CHECK(rc.train.epochs == 10);
   CHECK(rc.train.steps == 0);
-  CHECK(rc.train.cudnn_benchmark == "true");
+  CHECK(rc.train.cudnn_benchmark == CudnnBenchmark::on);
   CHECK(rc.data.pin_memory);
   CHECK(rc.data.workers == 4);
   CHECK(rc.data.random_crop);
   CHECK(rc.data.hflip);
-  CHECK(rc.train.device == "cuda:0");
+  CHECK(rc.train.device.name() == "cuda:0");
 }
 
 TEST_CASE("seed-recipe forced onto the CPU fails: fp16 needs CUDA", "[config][files]") {
@@ -138,5 +138,5 @@ TEST_CASE("gpu-bench: 224x224, 1000 classes, fp16 and bf16", "[config][files]") 
   CHECK(rc.measure.warmup_steps == 10);
   CHECK(rc.measure.measure_steps == 50);
   CHECK_FALSE(rc.train.eval);
-  CHECK(rc.train.cudnn_benchmark == "true");
+  CHECK(rc.train.cudnn_benchmark == CudnnBenchmark::on);
 }

@@ -242,14 +242,14 @@ label = "box"
   CHECK_FALSE(r.data.learnable);
   CHECK(r.data.samples == 1000);
   CHECK(r.data.test_samples == 200);
-  CHECK(r.train.device == "cuda:1");
+  CHECK(r.train.device.name() == "cuda:1");
   CHECK(r.train.batch_size == 0);  // "auto"
   CHECK(r.train.memory_fraction == 0.5);
   CHECK(r.train.accumulate == 2);
   CHECK(r.train.epochs == 0);
   CHECK(r.train.steps == 30);
-  CHECK(r.train.precision == "bf16");
-  CHECK(r.train.cudnn_benchmark == "cached");
+  CHECK(r.train.precision == Precision::bf16);
+  CHECK(r.train.cudnn_benchmark == CudnnBenchmark::cached);
   CHECK_FALSE(r.train.cuda_graphs);  // with accumulate = 2 graphs are refused
   CHECK(r.train.seed == 42);
   CHECK(r.train.threads == 3);
@@ -273,19 +273,19 @@ label = "box"
   CHECK(r.measure.warmup_steps == 4);
   CHECK(r.measure.measure_steps == 20);
   CHECK_FALSE(r.profile.nvtx);
-  CHECK(r.profile.cupti == "trace");
+  CHECK(r.profile.cupti == CuptiMode::trace);
   CHECK(r.profile.layers);
   CHECK(r.profile.trace_steps == 2);
 
-  // cudnn_benchmark booleans map to the engine's strings; both augments set both flags.
+  // cudnn_benchmark booleans map to the engine's values; both augments set both flags.
   json c = p.runs[0].config;
   c["train"]["cudnn_benchmark"] = true;
   c["data"]["augment"] = json::array({"random_crop", "hflip"});
   RunConfig r2 = to_run_config(c);
-  CHECK(r2.train.cudnn_benchmark == "true");
+  CHECK(r2.train.cudnn_benchmark == CudnnBenchmark::on);
   CHECK(r2.data.random_crop);
   c["train"]["cudnn_benchmark"] = false;
-  CHECK(to_run_config(c).train.cudnn_benchmark == "false");
+  CHECK(to_run_config(c).train.cudnn_benchmark == CudnnBenchmark::off);
 }
 
 TEST_CASE("cuda_graphs maps to the engine's config", "[config][defaults]") {

@@ -65,7 +65,7 @@ double op_threshold(const std::string& precision) {
 
 std::unique_ptr<Backend> gpu(const std::string& precision) {
   BackendOptions o;
-  o.precision = precision;
+  o.precision = parse_precision(precision);
   return make_backend("cuda:0", o);
 }
 

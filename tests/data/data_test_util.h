@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "engine/config.h"
+#include "core/config.h"
 #include "test_util.h"
 
 namespace xrun::data::testing {

@@ -19,6 +19,19 @@ using Catch::Matchers::Contains;
 
 namespace {
 
+// What a test wants to see of a run: its steps and notices.
+struct Watch final : RunObserver {
+  std::vector<StepRecord> steps;
+  std::vector<std::string> messages;
+  void on_step_end(const StepRecord& s) override { steps.push_back(s); }
+  void on_message(const std::string& m) override { messages.push_back(m); }
+};
+
+TrainResult train_quietly(const RunConfig& cfg) {
+  Watch none;
+  return train(cfg, none);
+}
+
 RunConfig small_run(const std::string& checkpoint, int64_t steps) {
   RunConfig c;
   c.name = "ckpt";
@@ -56,7 +69,7 @@ std::map<std::string, std::string> tensors_of(const std::string& path) {
 TEST_CASE("checkpoint: torchvision's state_dict, read back by PyPI's safetensors", "[checkpoint]") {
   xrun_test::ScratchDir dir;
   const std::string path = dir.file("r18.safetensors");
-  train(small_run(path, 3), {});
+  train_quietly(small_run(path, 3));
   REQUIRE(std::filesystem::exists(path));
   REQUIRE(std::filesystem::exists(optimizer_state_path(path)));
 
@@ -111,24 +124,21 @@ for name, a in sorted(load_file(sys.argv[1]).items()):
 TEST_CASE("checkpoint: an interrupted run resumed from its checkpoint ends bit-identical", "[checkpoint]") {
   xrun_test::ScratchDir dir;
   const std::string whole = dir.file("whole.safetensors"), parts = dir.file("parts.safetensors");
-  train(small_run(whole, 10), {});
+  train_quietly(small_run(whole, 10));
 
   // Ctrl-C after step 4: the trainer saves the checkpoint and stops.
-  int steps_seen = 0;
-  TrainEvents stop_after_4;
-  stop_after_4.step = [&](const StepRecord&) { ++steps_seen; };
-  stop_after_4.stop_requested = [&] { return steps_seen >= 4; };
-  REQUIRE_THROWS_AS(train(small_run(parts, 10), stop_after_4), TrainInterrupted);
+  Watch first_part;
+  TrainContext stop_after_4;
+  stop_after_4.stop_requested = [&] { return first_part.steps.size() >= 4; };
+  REQUIRE_THROWS_AS(train(small_run(parts, 10), first_part, stop_after_4), TrainInterrupted);
   CHECK(SafetensorsFile::open(parts).metadata().at("xrun.step") == "4");
 
   RunConfig resumed = small_run(parts, 10);
   resumed.train.resume = true;
-  std::vector<int64_t> resumed_steps;
-  TrainEvents ev;
-  ev.step = [&](const StepRecord& s) { resumed_steps.push_back(s.step); };
-  train(resumed, ev);
-  REQUIRE(resumed_steps.size() == 6);
-  CHECK(resumed_steps.front() == 4);
+  Watch second_part;
+  train(resumed, second_part);
+  REQUIRE(second_part.steps.size() == 6);
+  CHECK(second_part.steps.front().step == 4);
 
   const auto a = tensors_of(whole), b = tensors_of(parts);
   REQUIRE(a.size() == b.size());
@@ -185,17 +195,15 @@ TEST_CASE("checkpoint: weights that do not fit are refused, naming every problem
 TEST_CASE("checkpoint: model.weights starts training from a file", "[checkpoint]") {
   xrun_test::ScratchDir dir;
   const std::string first = dir.file("first.safetensors");
-  train(small_run(first, 2), {});
+  train_quietly(small_run(first, 2));
   RunConfig next = small_run(dir.file("second.safetensors"), 1);
   next.model.weights = first;
   next.train.optimizer.lr = 1e-30;  // one step that changes (almost) nothing
   next.train.optimizer.weight_decay = 0;
-  std::vector<std::string> messages;
-  TrainEvents ev;
-  ev.message = [&](const std::string& m) { messages.push_back(m); };
+  Watch ev;
   train(next, ev);
-  REQUIRE_FALSE(messages.empty());
-  CHECK_THAT(messages.front(), Contains("loaded weights from"));
+  REQUIRE_FALSE(ev.messages.empty());
+  CHECK_THAT(ev.messages.front(), Contains("loaded weights from"));
   // Convolution weights carried over unchanged (lr 1e-30); BN statistics moved
   // by one more batch.
   const auto a = tensors_of(first), b = tensors_of(dir.file("second.safetensors"));
@@ -207,10 +215,9 @@ TEST_CASE("trainer: gradient accumulation takes `accumulate` batches per step", 
   xrun_test::ScratchDir dir;
   RunConfig c = small_run("", 3);
   c.train.accumulate = 2;
-  std::vector<StepRecord> steps;
-  TrainEvents ev;
-  ev.step = [&](const StepRecord& s) { steps.push_back(s); };
+  Watch ev;
   const TrainResult r = train(c, ev);
+  const std::vector<StepRecord>& steps = ev.steps;
   REQUIRE(steps.size() == 3);
   for (const StepRecord& s : steps) CHECK(s.images == 32);
   CHECK(r.summary.measured_images == 2 * 32);

@@ -12,6 +12,7 @@
 #ifdef XRUN_HAVE_CUDA
 #include "engine/cuda/conv_rules.h"
 
+using namespace xrun;
 using namespace xrun::cuda;
 
 TEST_CASE("cuda conv rules: any successful candidate within the limit is usable", "[cuda_rules]") {
@@ -27,10 +28,10 @@ TEST_CASE("cuda conv rules: fp32 executes with FMA math whatever cuDNN reported"
   // algorithm found under FMA math: an fp32 run must still run it with FMA.
   for (cudnnMathType_t reported : {CUDNN_DEFAULT_MATH, CUDNN_FMA_MATH, CUDNN_TENSOR_OP_MATH,
                                    CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION})
-    CHECK(execution_math("fp32", reported) == CUDNN_FMA_MATH);
-  CHECK(execution_math("tf32", CUDNN_DEFAULT_MATH) == CUDNN_DEFAULT_MATH);
-  CHECK(execution_math("fp16", CUDNN_TENSOR_OP_MATH) == CUDNN_TENSOR_OP_MATH);
-  CHECK(execution_math("bf16", CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) ==
+    CHECK(execution_math(Precision::fp32, reported) == CUDNN_FMA_MATH);
+  CHECK(execution_math(Precision::tf32, CUDNN_DEFAULT_MATH) == CUDNN_DEFAULT_MATH);
+  CHECK(execution_math(Precision::fp16, CUDNN_TENSOR_OP_MATH) == CUDNN_TENSOR_OP_MATH);
+  CHECK(execution_math(Precision::bf16, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) ==
         CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
 }
 #endif

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "engine/schedule.h"
+#include "core/stats.h"
 #include "engine/step_stats.h"
 
 using namespace xrun;

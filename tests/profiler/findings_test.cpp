@@ -24,8 +24,8 @@ TEST_CASE("findings: a healthy CPU run has none", "[profiler][findings]") {
 
 TEST_CASE("findings: each check on its own figure", "[profiler][findings]") {
   RunConfig cfg;
-  cfg.train.device = "cuda:0";
-  cfg.train.cudnn_benchmark = "true";
+  cfg.train.device = Device::parse("cuda:0");
+  cfg.train.cudnn_benchmark = CudnnBenchmark::on;
   cfg.data.workers = 2;
   RunSummary s;
   s.measured_steps = 50;
@@ -43,9 +43,9 @@ TEST_CASE("findings: each check on its own figure", "[profiler][findings]") {
     CHECK(has(profiler::run_findings(cfg, s), "loss_scale_backoff"));
   }
   SECTION("cuDNN autotuning off on a GPU, never on the CPU") {
-    cfg.train.cudnn_benchmark = "false";
+    cfg.train.cudnn_benchmark = CudnnBenchmark::off;
     CHECK(has(profiler::run_findings(cfg, s), "cudnn_benchmark_off"));
-    cfg.train.device = "cpu";
+    cfg.train.device = Device{};
     CHECK_FALSE(has(profiler::run_findings(cfg, s), "cudnn_benchmark_off"));
   }
   SECTION("unsteady steps and too few of them") {

@@ -1,13 +1,84 @@
-// engine/config.h: the fully resolved settings of one training run, as the
+// core/config.h: the fully resolved settings of one training run, as the
 // engine sees them. The runner fills this from a validated experiment file
-// (runner/config_schema.cpp maps every key); the engine never reads TOML.
+// (runner/config_schema.cpp checks every key, runner/run_config.cpp maps
+// it); the engine never reads TOML. Settings with a fixed set of values are
+// enums here: once validated, a misspelt string cannot reach the engine.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace xrun {
+
+enum class Precision { fp32, tf32, fp16, bf16 };
+enum class CudnnBenchmark { off, on, cached };  // the key's false | true | "cached"
+enum class CuptiMode { off, summary, trace };
+enum class DeviceKind { cpu, cuda };
+
+inline const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::tf32: return "tf32";
+    case Precision::fp16: return "fp16";
+    case Precision::bf16: return "bf16";
+  }
+  return "?";
+}
+inline const char* to_string(CudnnBenchmark b) {
+  switch (b) {
+    case CudnnBenchmark::off: return "false";
+    case CudnnBenchmark::on: return "true";
+    case CudnnBenchmark::cached: return "cached";
+  }
+  return "?";
+}
+inline const char* to_string(CuptiMode m) {
+  switch (m) {
+    case CuptiMode::off: return "off";
+    case CuptiMode::summary: return "summary";
+    case CuptiMode::trace: return "trace";
+  }
+  return "?";
+}
+
+// Names to values; std::invalid_argument for a name the schema would refuse.
+template <class E>
+E parse_enum(const std::string& name, std::initializer_list<E> values, const char* what) {
+  for (E v : values)
+    if (name == to_string(v)) return v;
+  throw std::invalid_argument(std::string("unknown ") + what + " '" + name + "'");
+}
+inline Precision parse_precision(const std::string& s) {
+  return parse_enum(s, {Precision::fp32, Precision::tf32, Precision::fp16, Precision::bf16},
+                    "precision");
+}
+inline CudnnBenchmark parse_cudnn_benchmark(const std::string& s) {
+  return parse_enum(s, {CudnnBenchmark::off, CudnnBenchmark::on, CudnnBenchmark::cached},
+                    "cudnn_benchmark");
+}
+inline CuptiMode parse_cupti_mode(const std::string& s) {
+  return parse_enum(s, {CuptiMode::off, CuptiMode::summary, CuptiMode::trace}, "profile.cupti");
+}
+
+// A resolved device: "cpu" or "cuda:N".
+struct Device {
+  DeviceKind kind = DeviceKind::cpu;
+  int index = 0;
+  bool is_gpu() const { return kind == DeviceKind::cuda; }
+  std::string name() const { return is_gpu() ? "cuda:" + std::to_string(index) : "cpu"; }
+  bool operator==(const Device&) const = default;
+  // std::invalid_argument unless `s` is "cpu" or "cuda:N".
+  static Device parse(const std::string& s) {
+    if (s == "cpu") return {};
+    if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() <= 9 &&
+        s.find_first_not_of("0123456789", 5) == std::string::npos)
+      return {DeviceKind::cuda, std::stoi(s.substr(5))};
+    throw std::invalid_argument("device '" + s + "': expected cpu or cuda:N");
+  }
+};
 
 struct ModelConfig {
   std::string arch = "resnet50";  // resnet18|34|50|101|152
@@ -55,14 +126,14 @@ struct ScheduleConfig {
 };
 
 struct TrainConfig {
-  std::string device = "cpu";  // resolved: "cpu" or "cuda:N"
+  Device device;               // resolved: cpu or cuda:N
   int batch_size = 32;         // 0 = "auto" (largest that fits)
   double memory_fraction = 0.9;
   int accumulate = 1;
   int epochs = 0;              // exactly one of epochs / steps is > 0
   int64_t steps = 0;
-  std::string precision = "fp32";  // fp32 | tf32 | fp16 | bf16
-  std::string cudnn_benchmark = "false";  // "false" | "true" | "cached"
+  Precision precision = Precision::fp32;
+  CudnnBenchmark cudnn_benchmark = CudnnBenchmark::off;
   bool cuda_graphs = false;
   uint64_t seed = 0;
   int threads = 0;             // CPU threads, 0 = all cores
@@ -81,7 +152,7 @@ struct MeasureConfig {
 
 struct ProfileConfig {
   bool nvtx = true;
-  std::string cupti = "off";  // off | summary | trace
+  CuptiMode cupti = CuptiMode::off;
   bool layers = false;        // one range per layer
   int64_t trace_steps = 5;    // cupti = trace: raw records of this many steps
 };

@@ -1,6 +1,7 @@
-// engine/records.h: the plain values a training run hands to the store:
+// core/records.h: the plain values a training run hands to the store:
 // one StepRecord per step, one EpochRecord per epoch, phase and kernel totals,
-// the environment the run saw, and the run's summary figures.
+// the environment the run saw, the run's summary figures, and the whole
+// TrainResult the observers fill at the run's end.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,6 @@
 namespace xrun {
 
 enum class StepKind { warmup, measured, unmeasured };
-const char* to_string(StepKind kind);
 
 struct StepRecord {
   int64_t step = 0;        // 0-based optimizer step index within the run
@@ -125,7 +125,7 @@ struct RunSummary {
   double throughput = 0;        // images / wall time over the measured steps
   double step_ms_median = 0, step_ms_p10 = 0, step_ms_p90 = 0;
   double step_ms_mean = 0, step_ms_stddev = 0;
-  int64_t step_outliers = 0;    // steps beyond median +- 5 MAD (hyperfine's rule)
+  int64_t step_outliers = 0;    // steps beyond median +- 5 scaled MAD (core/stats.h)
   double data_wait_fraction = 0;
   int64_t peak_memory_bytes = 0;
   int64_t skipped_steps = 0;
@@ -140,5 +140,41 @@ struct RunSummary {
   double cupti_overhead = std::numeric_limits<double>::quiet_NaN();
   int64_t cupti_steps = 0;
 };
+
+// The run's size, known once data and model are set up.
+struct RunShape {
+  int64_t total_steps = 0;
+  int64_t steps_per_epoch = 0;
+  int64_t start_step = 0;  // > 0 when resumed from a checkpoint
+  int epochs = 0;
+  int batch_size = 0;
+  int64_t parameters = 0;
+};
+
+// Everything a finished run produced. The engine fills the summary, memory
+// and convolution choices; the observers add the rest (core/run_observer.h).
+struct TrainResult {
+  RunSummary summary;
+  std::vector<PhaseRecord> phases;   // host timers; gpu_ms from CUPTI where traced
+  std::vector<KernelRecord> layers;  // profile.layers: per layer and pass, largest first
+  std::vector<MemoryRecord> memory;  // the memory plan by region
+  std::vector<ConvAlgoRecord> conv_algorithms;  // CUDA: per convolution and pass
+  std::vector<TraceEvent> trace;  // profile.cupti = "trace": the first measured steps' ranges
+  // CUDA with CUPTI (profile.cupti summary/trace): per kernel and phase,
+  // copies per direction, over the traced steps.
+  std::vector<KernelRecord> kernels;
+  std::vector<MemcpyRecord> copies;
+  std::vector<FindingRecord> findings;  // the troubleshooting checks that fired
+  Environment environment;
+};
+
+// The phase named `name` in `phases`, added (zeroed) when missing: observers
+// merge their figures into one record per phase, in whatever order they run.
+inline PhaseRecord& phase_record(std::vector<PhaseRecord>& phases, const std::string& name) {
+  for (PhaseRecord& p : phases)
+    if (p.phase == name) return p;
+  phases.push_back({name, 0, 0.0, 0.0});
+  return phases.back();
+}
 
 }  // namespace xrun

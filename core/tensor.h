@@ -1,4 +1,4 @@
-// engine/tensor.h: a tensor owned by a backend. Its dims are canonical
+// core/tensor.h: a tensor owned by a backend. Its dims are canonical
 // (torchvision's order: NCHW activations, OIHW conv weights, [out, in] linear
 // weights); the bytes behind `data` are in whatever layout the backend keeps
 // (oneDNN blocked formats, NHWC on the GPU). Values cross the Backend

@@ -1,0 +1,108 @@
+// engine/step_loop.cpp: see step_loop.h.
+#include "engine/step_loop.h"
+
+#include <chrono>
+#include <cmath>
+
+namespace xrun {
+
+namespace {
+
+std::string where(int64_t step, int epoch) {
+  return "step " + std::to_string(step) + " (epoch " + std::to_string(epoch + 1) + ")";
+}
+
+// The figures of the epoch under way.
+struct EpochTally {
+  EpochRecord rec;
+  double loss_sum = 0;
+  int64_t loss_rows = 0, steps = 0;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+StepKind step_kind(const MeasureConfig& measure, int64_t step) {
+  if (step < measure.warmup_steps) return StepKind::warmup;
+  if (measure.measure_steps > 0 && step >= measure.warmup_steps + measure.measure_steps)
+    return StepKind::unmeasured;
+  return StepKind::measured;
+}
+
+LoopResult run_steps(StepSource& source, const LoopPlan& plan, RunObserver& obs,
+                     const std::function<bool()>& stop_requested) {
+  LoopResult out;
+  out.last_loss = out.test_loss = out.test_accuracy = NAN;
+  out.steps.reserve(static_cast<size_t>(std::max<int64_t>(0, plan.total_steps - plan.start_step)));
+  int64_t step = plan.start_step;
+  int epoch = static_cast<int>(step / plan.steps_per_epoch);
+  int64_t in_epoch = step % plan.steps_per_epoch;
+  EpochTally tally;
+  bool epoch_open = false;
+  while (step < plan.total_steps) {
+    if (stop_requested && stop_requested()) {
+      source.save(step, obs);
+      throw TrainInterrupted("interrupted before " + where(step, epoch));
+    }
+    if (!epoch_open) {
+      source.start_epoch(epoch, in_epoch);
+      tally = EpochTally{};
+      tally.rec.epoch = epoch;
+      obs.on_epoch_begin(epoch);
+      epoch_open = true;
+    }
+    const StepStart at{step, epoch, step_kind(plan.measure, step)};
+    obs.on_step_begin(at);
+    StepRecord rec = source.step(at, obs);
+    rec.step = step;
+    rec.epoch = epoch;
+    rec.kind = at.kind;
+    ++step;
+    ++in_epoch;
+    ++tally.steps;
+    const bool epoch_done = in_epoch == plan.steps_per_epoch || step == plan.total_steps;
+
+    // The loss: every step where reading it costs nothing, else at logging
+    // intervals and epoch ends (a mean over the steps since the last read).
+    rec.loss = NAN;
+    if (plan.loss_every_step || step % plan.log_every == 0 || epoch_done) {
+      const LossTotals t = source.read_loss();
+      if (t.rows > 0) {
+        rec.loss = t.loss_sum / static_cast<double>(t.rows);
+        tally.loss_sum += t.loss_sum;
+        tally.loss_rows += t.rows;
+        if (!std::isfinite(rec.loss)) {
+          out.steps.push_back(rec);
+          obs.on_step_end(rec);
+          throw TrainError("loss is " + std::string(std::isnan(rec.loss) ? "NaN" : "infinite") +
+                           " at " + where(step - 1, epoch) + " (" + plan.context + ", lr " +
+                           std::to_string(rec.lr) + ")");
+        }
+        out.last_loss = rec.loss;
+      }
+    }
+    out.steps.push_back(rec);
+    obs.on_step_end(rec);
+    if (!epoch_done) continue;
+
+    EpochRecord& e = tally.rec;
+    e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - tally.start).count();
+    e.images = tally.steps * plan.images_per_step;
+    e.train_loss = tally.loss_rows ? tally.loss_sum / static_cast<double>(tally.loss_rows) : NAN;
+    e.test_loss = e.test_accuracy = NAN;
+    const auto e0 = std::chrono::steady_clock::now();
+    if (source.evaluate(obs, e.test_loss, e.test_accuracy)) {
+      e.eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
+      out.test_loss = e.test_loss;
+      out.test_accuracy = e.test_accuracy;
+    }
+    obs.on_epoch_end(e);
+    source.save(step, obs);
+    epoch_open = false;
+    ++epoch;
+    in_epoch = 0;
+  }
+  return out;
+}
+
+}  // namespace xrun

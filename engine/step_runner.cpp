@@ -1,0 +1,150 @@
+// engine/step_runner.cpp: see step_runner.h.
+#include "engine/step_runner.h"
+
+#include <chrono>
+#include <stdexcept>
+
+#include "engine/schedule.h"
+
+namespace xrun {
+
+StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
+                       int64_t steps_per_epoch, int64_t total_steps)
+    : cfg_(cfg),
+      p_(parts),
+      batch_(batch),
+      steps_per_epoch_(steps_per_epoch),
+      total_steps_(total_steps),
+      accumulate_(cfg.train.accumulate),
+      scaler_(cfg.train.precision == Precision::fp16),
+      overlap_(parts.backend.stages_batches() && cfg.data.pin_memory && cfg.train.accumulate == 1 &&
+               cfg.data.prefetch >= 2) {}
+
+void StepRunner::start_epoch(int epoch, int64_t step_in_epoch) {
+  if (staged_) throw std::logic_error("a staged batch is left from the previous epoch");
+  p_.loader.start_epoch(epoch, step_in_epoch * accumulate_);
+}
+
+const data::HostBatch* StepRunner::take_batch(StepRecord& rec, RunObserver& obs) {
+  double wait_ms = 0;
+  const data::HostBatch* b = nullptr;
+  {
+    PhaseScope phase(obs, Phase::data_wait);
+    b = p_.loader.next(&wait_ms);
+  }
+  if (!b) throw std::logic_error("loader ran out of batches inside an epoch");
+  rec.data_wait_ms += wait_ms;
+  return b;
+}
+
+void StepRunner::stage(const data::HostBatch* b) {
+  const BatchAugment augment{cfg_.data.random_crop, cfg_.data.hflip, b->draws};
+  p_.backend.stage_batch(b->images, b->labels, b->count, b->draws ? &augment : nullptr);
+}
+
+void StepRunner::load(const data::HostBatch* b, bool was_staged, RunObserver& obs) {
+  PhaseScope phase(obs, Phase::h2d);
+  if (overlap_) {
+    if (!was_staged) stage(b);
+    p_.backend.consume_staged_batch(cfg_.data.mean, cfg_.data.std);
+  } else {
+    const BatchAugment augment{cfg_.data.random_crop, cfg_.data.hflip, b->draws};
+    p_.backend.load_batch(b->images, b->labels, b->count, cfg_.data.mean, cfg_.data.std,
+                          b->draws ? &augment : nullptr);
+  }
+}
+
+// The loss scaler's verdict (reading the inf flag waits for the GPU), the
+// applied-step count, the synchronisation.
+void StepRunner::finish(StepRecord& rec) {
+  if (scaler_.enabled()) rec.skipped = !scaler_.update(p_.optimizer.found_inf());
+  if (!rec.skipped) ++optimizer_steps;
+  p_.backend.synchronize();
+}
+
+// train.cuda_graphs after warmup: forward, loss, backward and optimizer are
+// recorded once and replayed; the per-step values (loss scale, learning
+// rate, step count) live on the device.
+void StepRunner::replay_graph(const OptimizerStep& os) {
+  p_.optimizer.set_step(os);
+  if (!graph_recorded_) {
+    p_.backend.begin_capture();
+    p_.model.forward(true);  // counts num_batches_tracked for this step
+    p_.loss.forward_backward(batch_);
+    p_.model.backward();
+    p_.optimizer.apply();
+    p_.backend.end_capture();
+    graph_recorded_ = true;
+  } else {
+    ++p_.model.num_batches_tracked;
+  }
+  p_.backend.replay();
+}
+
+StepRecord StepRunner::step(const StepStart& at, RunObserver& obs) {
+  StepRecord rec;
+  rec.lr = learning_rate(cfg_.train.schedule, cfg_.train.optimizer.lr, at.step, total_steps_);
+  rec.loss_scale = scaler_.scale();
+  OptimizerStep os;
+  os.lr = rec.lr;
+  os.step = optimizer_steps + 1;  // AdamW's bias correction counts applied steps
+  os.grad_scale = static_cast<float>(scaler_.scale());
+  os.check_finite = scaler_.enabled();
+  const bool use_graph = cfg_.train.cuda_graphs && at.kind != StepKind::warmup;
+  const auto t0 = std::chrono::steady_clock::now();
+
+  const data::HostBatch* in_use = nullptr;  // overlap: released after the step's sync
+  for (int micro = 0; micro < accumulate_; ++micro) {
+    const data::HostBatch* b = staged_;  // overlap: its copy was issued last step
+    staged_ = nullptr;
+    const bool was_staged = b != nullptr;
+    if (!b) b = take_batch(rec, obs);
+    const int count = b->count;
+    load(b, was_staged, obs);
+    if (overlap_)
+      in_use = b;
+    else
+      p_.loader.release(b);
+    rec.images += count;
+    p_.loss.set_grad_scale(static_cast<float>(scaler_.scale()) / static_cast<float>(accumulate_));
+    if (use_graph) break;  // accumulate is 1 with graphs (checked when the run is built)
+    {
+      PhaseScope phase(obs, Phase::forward);
+      p_.model.forward(true);
+    }
+    PhaseScope phase(obs, Phase::backward);
+    p_.loss.forward_backward(count);
+    p_.model.backward();
+    if (accumulate_ > 1)
+      micro == 0 ? p_.optimizer.accumulate_begin() : p_.optimizer.accumulate_add();
+  }
+  if (use_graph) {
+    PhaseScope phase(obs, Phase::graph);
+    replay_graph(os);
+    if (!overlap_) finish(rec);
+  } else {
+    PhaseScope phase(obs, Phase::optimizer);
+    if (accumulate_ > 1) p_.optimizer.accumulate_end();
+    p_.optimizer.step(os);
+    if (!overlap_) finish(rec);
+  }
+  if (overlap_) {
+    // The next batch's copy goes out while the GPU still computes this step.
+    const bool next_in_epoch =
+        (at.step % steps_per_epoch_) + 1 < steps_per_epoch_ && at.step + 1 < total_steps_;
+    if (next_in_epoch) {
+      staged_ = take_batch(rec, obs);
+      PhaseScope phase(obs, Phase::h2d);
+      stage(staged_);
+    }
+    {
+      PhaseScope phase(obs, Phase::sync);
+      finish(rec);
+    }
+    p_.loader.release(in_use);
+  }
+  rec.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return rec;
+}
+
+}  // namespace xrun

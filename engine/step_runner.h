@@ -1,0 +1,62 @@
+// engine/step_runner.h: one training step on a built model: each
+// micro-batch's batch taken from the loader and loaded (or staged ahead on
+// the GPU), forward, loss, backward and gradient accumulation, then the
+// optimizer update with the fp16 loss scaler's verdict, or the whole step as
+// a recorded CUDA graph; each phase reported to the run's observers. The
+// trainer (engine/trainer.cpp) builds it; the loop (engine/step_loop.h)
+// calls it once per step.
+#pragma once
+
+#include <cstdint>
+
+#include "core/config.h"
+#include "core/run_observer.h"
+#include "engine/backend.h"
+#include "engine/data/loader.h"
+#include "engine/loss_scaler.h"
+#include "engine/model/resnet.h"
+
+namespace xrun {
+
+struct StepParts {
+  Backend& backend;
+  ResNet& model;
+  LossOp& loss;
+  OptimizerOp& optimizer;
+  data::Loader& loader;
+};
+
+class StepRunner {
+ public:
+  StepRunner(const RunConfig& cfg, const StepParts& parts, int batch, int64_t steps_per_epoch,
+             int64_t total_steps);
+
+  void start_epoch(int epoch, int64_t step_in_epoch);
+  StepRecord step(const StepStart& at, RunObserver& obs);
+
+  // State a checkpoint keeps.
+  LossScaler& scaler() { return scaler_; }
+  int64_t optimizer_steps = 0;  // applied (not skipped) steps: AdamW's step count
+
+ private:
+  const data::HostBatch* take_batch(StepRecord& rec, RunObserver& obs);
+  void load(const data::HostBatch* b, bool was_staged, RunObserver& obs);
+  void stage(const data::HostBatch* b);
+  void replay_graph(const OptimizerStep& os);
+  void finish(StepRecord& rec);
+
+  const RunConfig& cfg_;
+  StepParts p_;
+  int batch_;
+  int64_t steps_per_epoch_, total_steps_;
+  int accumulate_;
+  LossScaler scaler_;
+  // Overlapped input (a backend that stages batches, pinned memory, one
+  // batch per step, room for two in the ring): step N+1's batch is taken and
+  // its copy issued before step N's synchronisation.
+  bool overlap_;
+  const data::HostBatch* staged_ = nullptr;
+  bool graph_recorded_ = false;  // train.cuda_graphs: the step is recorded
+};
+
+}  // namespace xrun

@@ -1,0 +1,166 @@
+// tests/engine/step_loop_test.cpp: the training loop (engine/step_loop.h)
+// over a fake step source, with no backend: step kinds, epochs, when the
+// loss is read and what a NaN does, evaluation and checkpoints at epoch
+// ends, Ctrl-C, resuming mid-epoch, the order observers see events in, and
+// the nsys capture window (engine/capture_window.h).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "engine/capture_window.h"
+#include "engine/step_loop.h"
+#include "fake_steps.h"
+
+using namespace xrun;
+using xrun_test::EventLog;
+using xrun_test::FakeSteps;
+using xrun_test::loop_plan;
+
+TEST_CASE("step loop: warmup, measured and unmeasured steps", "[step_loop]") {
+  MeasureConfig m;
+  m.warmup_steps = 2;
+  m.measure_steps = 3;
+  CHECK(step_kind(m, 0) == StepKind::warmup);
+  CHECK(step_kind(m, 1) == StepKind::warmup);
+  CHECK(step_kind(m, 2) == StepKind::measured);
+  CHECK(step_kind(m, 4) == StepKind::measured);
+  CHECK(step_kind(m, 5) == StepKind::unmeasured);
+  m.measure_steps = 0;  // all after warmup
+  CHECK(step_kind(m, 1000) == StepKind::measured);
+}
+
+TEST_CASE("step loop: epochs, records and the epoch's figures", "[step_loop]") {
+  FakeSteps src;
+  src.losses = {4, 2, 3, 1, 5};
+  EventLog log;
+  const LoopResult r = run_steps(src, loop_plan(5, 3, 1), log, {});
+  REQUIRE(r.steps.size() == 5);
+  for (size_t i = 0; i < 5; ++i) {
+    CHECK(r.steps[i].step == static_cast<int64_t>(i));
+    CHECK(r.steps[i].epoch == (i < 3 ? 0 : 1));
+  }
+  CHECK(r.steps[0].kind == StepKind::warmup);
+  CHECK(r.steps[1].kind == StepKind::measured);
+  CHECK(src.epochs_started == std::vector<std::pair<int, int64_t>>{{0, 0}, {1, 0}});
+  // log_every 2: read after steps 2 and 4 (the mean since the last read), at
+  // the epoch end (step 3) and at the last step (5).
+  CHECK(std::isnan(r.steps[0].loss));
+  CHECK(r.steps[1].loss == 3.0);  // (4 + 2) / 2
+  CHECK(r.steps[2].loss == 3.0);  // epoch end
+  CHECK(r.steps[3].loss == 1.0);
+  CHECK(r.steps[4].loss == 5.0);
+  CHECK(src.loss_reads == 4);
+  CHECK(r.last_loss == 5.0);
+  // Evaluation and checkpoint at each epoch's end, after the epoch's last step.
+  CHECK(src.evaluations == 2);
+  CHECK(src.saves == std::vector<int64_t>{3, 5});
+  CHECK(r.test_loss == 0.5);
+  CHECK(r.test_accuracy == 0.75);
+}
+
+TEST_CASE("step loop: host-synchronous backends read the loss every step", "[step_loop]") {
+  FakeSteps src;
+  src.losses = {4, 2, 3};
+  LoopPlan plan = loop_plan(3, 3);
+  plan.loss_every_step = true;
+  RunObserver none;
+  const LoopResult r = run_steps(src, plan, none, {});
+  CHECK(r.steps[0].loss == 4.0);
+  CHECK(r.steps[1].loss == 2.0);
+  CHECK(r.steps[2].loss == 3.0);
+}
+
+TEST_CASE("step loop: a NaN loss stops the run saying where, its step kept", "[step_loop]") {
+  FakeSteps src;
+  src.losses = {1, 1, 1, NAN};
+  EventLog log;
+  try {
+    run_steps(src, loop_plan(10, 10), log, {});
+    FAIL("no error");
+  } catch (const TrainError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("loss is NaN at step 3 (epoch 1)") &&
+                             Catch::Contains("precision fp32"));
+  }
+  CHECK(log.own.back() == "step_end 3");  // the NaN step was reported before the stop
+  CHECK(src.saves.empty());               // no checkpoint of a diverged run
+}
+
+TEST_CASE("step loop: a stop request saves the checkpoint and interrupts", "[step_loop]") {
+  FakeSteps src;
+  EventLog log;
+  // 3 steps per epoch; the request comes once epoch 2 has begun, so the loop
+  // sees it before step 4 (after the epoch-end checkpoint at step 3).
+  auto stop_in_epoch_2 = [&] { return src.epochs_started.size() > 1; };
+  REQUIRE_THROWS_WITH(run_steps(src, loop_plan(9, 3), log, stop_in_epoch_2),
+                      Catch::Contains("interrupted before step 4 (epoch 2)"));
+  CHECK(src.saves == std::vector<int64_t>{3, 4});
+}
+
+TEST_CASE("step loop: resuming mid-epoch starts the loader at that step", "[step_loop]") {
+  FakeSteps src;
+  LoopPlan plan = loop_plan(7, 3);
+  plan.start_step = 4;
+  RunObserver none;
+  const LoopResult r = run_steps(src, plan, none, {});
+  REQUIRE(r.steps.size() == 3);
+  CHECK(r.steps.front().step == 4);
+  CHECK(r.steps.front().epoch == 1);
+  CHECK(src.epochs_started == std::vector<std::pair<int, int64_t>>{{1, 1}, {2, 0}});
+  CHECK(src.saves == std::vector<int64_t>{6, 7});
+}
+
+TEST_CASE("step loop: the events of a step and an epoch, in order", "[step_loop]") {
+  FakeSteps src;
+  EventLog log;
+  run_steps(src, loop_plan(1, 1), log, {});
+  const std::vector<std::string> want = {
+      "epoch_begin 0", "step_begin 0 measured", "phase data_wait", "/phase data_wait",
+      "phase h2d", "/phase h2d", "phase forward", "layer conv1", "/layer", "layer fc", "/layer",
+      "/phase forward", "phase backward", "layer conv1", "/layer", "layer fc", "/layer",
+      "/phase backward", "phase optimizer", "/phase optimizer", "step_end 0", "phase eval",
+      "/phase eval", "epoch_end 0", "phase checkpoint", "/phase checkpoint"};
+  CHECK(log.own == want);
+}
+
+TEST_CASE("run observers: begin events first to last, end events last to first", "[step_loop]") {
+  std::vector<std::string> seen;
+  EventLog a("a:", &seen), b("b:", &seen);
+  RunObservers obs;
+  obs.add(a).add(b);
+  TrainResult result;
+  obs.on_run_begin({}, {});
+  obs.on_step_begin({0, 0, StepKind::measured});
+  {
+    PhaseScope p(obs, Phase::forward);
+  }
+  obs.on_step_end({});
+  obs.on_run_end(result);
+  CHECK(seen == std::vector<std::string>{"a:run_begin", "b:run_begin", "a:step_begin 0 measured",
+                                         "b:step_begin 0 measured", "a:phase forward",
+                                         "b:phase forward", "b:/phase forward", "a:/phase forward",
+                                         "b:step_end 0", "a:step_end 0", "b:run_end", "a:run_end"});
+}
+
+TEST_CASE("capture window: on over the measured steps, off after them and at the end",
+          "[step_loop]") {
+  std::vector<bool> switched;
+  {
+    CaptureWindow w([&](bool on) { switched.push_back(on); });
+    FakeSteps src;
+    run_steps(src, loop_plan(6, 6, 2, 2), w, {});  // 2 warmup, 2 measured, 2 unmeasured
+    CHECK(switched == std::vector<bool>{true, false});
+    TrainResult r;
+    w.on_run_end(r);
+    CHECK(switched.size() == 2);  // already off
+  }
+  switched.clear();
+  {
+    // A run that fails while measuring: the window closes as the observer goes.
+    CaptureWindow w([&](bool on) { switched.push_back(on); });
+    FakeSteps src;
+    src.losses = {1, NAN};
+    CHECK_THROWS_AS(run_steps(src, loop_plan(6, 6), w, {}), TrainError);
+    CHECK(switched == std::vector<bool>{true});
+  }
+  CHECK(switched == std::vector<bool>{true, false});
+}
