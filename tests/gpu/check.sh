@@ -1,48 +1,138 @@
 #!/usr/bin/env bash
-# tests/gpu/check.sh: every GPU check and the GPU benchmark in one go, for a
-# machine with an NVIDIA GPU (a lent one is short-lived: this runs all of it
-# from one command):
-#   1. xrun doctor (driver, CUDA, cuDNN, cuBLAS, GPU)
-#   2. tests/cuda: every CUDA op and whole training steps against the CPU
-#      engine in fp32/tf32/fp16/bf16, printing each comparison's error
-#   3. experiments/gpu-smoke.toml: 20 steps of each precision x cudnn
-#      benchmark, then its table; one run again with profile.cupti = "trace":
-#      its kernels, copies, CUPTI overhead and GPU trace
-#   4. bench/gpu_vs_pytorch.sh, when python3 has torch (skip: NO_BENCH=1)
-# Binaries: ./build (built here when the machine can, XRUN_CUDA=ON), or the
-# bundle scripts/device_bundle.sh made in .device/ on another machine.
+# tests/gpu/check.sh: every GPU check in one go, for a machine with an NVIDIA
+# GPU (a lent one is short-lived: this runs all of it from one command; each
+# stage has a time limit, 30 + 210 + 150 + 75 s: about 8 minutes at worst):
+#   1. setup   the binaries (the bundle in .device/, else ./build) and the
+#              CUDA libraries they load
+#   2. doctor  xrun doctor --require cuda (driver, CUDA, cuDNN, cuBLAS,
+#              CUPTI, GPU); without a usable GPU it stops here, exit 1
+#   3. tests   tests/cuda: every CUDA op, the optimizers, gradient
+#              accumulation and the input path against the CPU engine in
+#              fp32/tf32/fp16/bf16, and whole resnet18/resnet50 steps against
+#              PyTorch float64 (fp32) or the error budget (the others), ending
+#              with a table of every comparison (error, threshold, verdict)
+#   4. smoke   experiments/gpu-smoke.toml cut to 12 steps a run: each
+#              precision x cudnn benchmark, then its table
+#   5. cupti   one of those runs again (fp16, benchmark on) with
+#              profile.cupti = "trace", pinned overlapped input and device
+#              augmentation: kernels, copies, CUPTI overhead, the GPU trace
+# then one line per stage: stage, result, seconds, key figure.
+#   tests/gpu/check.sh           the checks above
+#   tests/gpu/check.sh --bench   instead: bench/gpu_vs_pytorch.sh, xrun against
+#                                PyTorch on this GPU (python3 with torch and
+#                                torchvision; several minutes)
+# Binaries: the bundle scripts/device_bundle.sh made in .device/ on another
+# machine (carry it; its libstdc++ is used only where this machine's is too
+# old), else ./build (XRUN_BUILD_DIR), built here when missing (XRUN_CUDA=ON,
+# this card's architecture).
 # CUDA libraries: the toolkit's (/usr/local/cuda) or, where cuDNN and cuBLAS
-# come from Python wheels (PyTorch's), their site-packages folders: this
-# script puts them on LD_LIBRARY_PATH (the `nvidia/*/lib` folders beside
-# torch); set XRUN_CUDA_LIBS to a ':'-list to choose them yourself.
-# Output: printed; with $OUT set, also the log and result store there.
+# come from Python wheels (PyTorch's), their site-packages folders (the
+# `nvidia/*/lib` folders beside torch); set XRUN_CUDA_LIBS to a ':'-list to
+# choose them yourself. They are put on the library path of xrun and
+# test_cuda only, not of python3.
+# Output: the stage lines and the table on stdout; everything (doctor, every
+# comparison, the runs, the CUPTI summary) in $OUT/gpu-check.log
+# ($OUT/gpu-bench.log with --bench), with the stores gpu.db and cupti.db and
+# the trace gpu-trace.json beside it; OUT defaults to a new temporary folder.
+# Exit status 0 when every stage passed, 1 otherwise, 2 on a usage error.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
+
+mode=check
+case "${1:-}" in
+  "") ;;
+  --bench) mode=bench ;;
+  -h | --help)
+    sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+    ;;
+  *)
+    echo "usage: tests/gpu/check.sh [--bench]" >&2
+    exit 2
+    ;;
+esac
+
 out="${OUT:-$(mktemp -d)}"
 mkdir -p "$out"
-log="$out/gpu-check.log"
-exec > >(tee "$log") 2>&1
+out="$(cd "$out" && pwd)"
+log="$out/gpu-$mode.log"
+: >"$log"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
 
+rows=()
+failed=0
+# record STAGE RESULT SECONDS KEY: one line of the final table.
+record() {
+  rows+=("$(printf '%-7s %-9s %7s  %s' "$1" "$2" "$3" "$4")")
+  case "$2" in ok) ;; *) failed=1 ;; esac
+}
+print_table() {
+  printf '\n%-7s %-9s %7s  %s\n' stage result seconds "key figure"
+  printf '%s\n' "${rows[@]}"
+  echo "full output: $log"
+}
+# run_stage NAME LIMIT_S COMMAND...: the command with its output in the log,
+# under a time limit; sets stage_rc and stage_s.
+run_stage() {
+  local name=$1 limit=$2
+  shift 2
+  echo "== $name (limit ${limit}s)"
+  printf '\n==== %s: %s\n' "$name" "$*" >>"$log"
+  local start=$SECONDS
+  timeout -k 10 "$limit" "$@" >>"$log" 2>&1
+  stage_rc=$?
+  stage_s=$((SECONDS - start))
+  echo "---- $name: exit $stage_rc after ${stage_s}s" >>"$log"
+}
+result_of() {  # exit status -> result word
+  case "$1" in
+    0) echo ok ;;
+    124 | 137) echo TIMEOUT ;;
+    77) echo skipped ;;
+    *) echo "FAIL($1)" ;;
+  esac
+}
+have_python() { command -v python3 >/dev/null; }
+
+# ---- 1. setup: binaries and libraries ---------------------------------------
+start=$SECONDS
+libs=""
 if [ -d .device/bin ]; then
-  bin=.device/bin
-  [ -f .device/lib/libdnnl.so.2.xz ] && xz -dkf .device/lib/libdnnl.so.2.xz
+  bin_xrun=.device/bin/xrun
+  bin_test=.device/bin/test_cuda
+  source_of="bundle .device"
   libs="$PWD/.device/lib"
-else
-  bin="${XRUN_BUILD_DIR:-build}"
-  if [ ! -x "$bin/runner/xrun" ]; then
-    cmake -S . -B "$bin" -G Ninja -DCMAKE_BUILD_TYPE=Release -DXRUN_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=native >/dev/null && cmake --build "$bin" -j"$(nproc)" || exit 1
+  # oneDNN travels xz-compressed: unpacked for this run only, so .device
+  # stays the size it was carried at.
+  if [ -f .device/lib/libdnnl.so.2.xz ] && [ ! -f .device/lib/libdnnl.so.2 ]; then
+    mkdir -p "$tmp/lib"
+    xz -dc .device/lib/libdnnl.so.2.xz >"$tmp/lib/libdnnl.so.2" 2>>"$log" ||
+      python3 -c 'import lzma, shutil, sys
+shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        .device/lib/libdnnl.so.2.xz "$tmp/lib/libdnnl.so.2"
+    libs="$tmp/lib:$libs"
   fi
-  bin_xrun="$bin/runner/xrun"; bin_test="$bin/tests/test_cuda"
-  libs=""
+else
+  build="${XRUN_BUILD_DIR:-build}"
+  bin_xrun="$build/runner/xrun"
+  bin_test="$build/tests/test_cuda"
+  source_of="build $build"
+  if [ ! -x "$bin_xrun" ] || [ ! -x "$bin_test" ]; then
+    echo "== setup: building xrun and test_cuda in $build"
+    { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DXRUN_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=native &&
+        cmake --build "$build" --target xrun test_cuda -j"$(nproc)"; } >>"$log" 2>&1
+    source_of="built in $build"
+  fi
 fi
-xrun="${bin_xrun:-$bin/xrun}"
-test_cuda="${bin_test:-$bin/test_cuda}"
-
 cuda_libs="${XRUN_CUDA_LIBS:-}"
 if [ -z "$cuda_libs" ]; then
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && cuda_libs="$cuda_libs:$d"; done
-  wheels=$(python3 - 2>/dev/null <<'PY'
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+    [ -d "$d" ] && cuda_libs="$cuda_libs:$d"
+  done
+  if have_python; then
+    wheels=$(python3 - 2>/dev/null <<'PY'
 import glob, os, site
 dirs = []
 for sp in site.getsitepackages():
@@ -50,34 +140,173 @@ for sp in site.getsitepackages():
 print(":".join(dirs))
 PY
 )
-  cuda_libs="$cuda_libs:$wheels"
+    cuda_libs="$cuda_libs:$wheels"
+  fi
 fi
-export LD_LIBRARY_PATH="${libs:+$libs:}${cuda_libs#:}:${LD_LIBRARY_PATH:-}"
-
-echo "== nvidia-smi"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | head -5
-echo "== xrun doctor"; "$xrun" doctor || exit 1
-"$xrun" doctor --require cuda >/dev/null || { echo "no usable GPU: stopping"; exit 1; }
-
-echo "== CUDA vs CPU tests"
-XRUN_TEST_ERRORS=1 OMP_WAIT_POLICY=PASSIVE "$test_cuda" --durations yes
-tests_rc=$?
-
-echo "== gpu-smoke"
-"$xrun" run experiments/gpu-smoke.toml --db "$out/gpu.db" --force
-smoke_rc=$?
-"$xrun" runs --db "$out/gpu.db" --format table
-
-echo "== CUPTI, pinned overlapped input, device augmentation: kernels, copies, overhead, GPU trace (fp16, benchmark on)"
-"$xrun" run experiments/gpu-smoke.toml --db "$out/cupti.db" --force --only 5 \
-  --set profile.cupti='"trace"' --set profile.trace_steps=3 \
-  --set data.pin_memory=true --set data.augment='["random_crop", "hflip"]' 
-cupti_rc=$?
-"$xrun" show 1 --db "$out/cupti.db" | sed -n '/^phases/,/^environment/p' | head -60
-"$xrun" trace 1 --db "$out/cupti.db" -o "$out/gpu-trace.json"
-
-if [ -z "${NO_BENCH:-}" ] && python3 -c "import torch, torchvision" 2>/dev/null; then
-  echo "== xrun vs PyTorch"
-  bench/gpu_vs_pytorch.sh "$xrun" "$out/gpu.db"
+# The library path, without empty entries (an empty one means ".").
+lib_path=$(printf '%s' "$libs:$cuda_libs:${LD_LIBRARY_PATH:-}" | tr -s ':' | sed 's/^://; s/:$//')
+# The bundle's libstdc++ (Debian 12's) only where this machine's lacks what
+# the binaries need: a newer system one serves the CUDA libraries better.
+if [ -d .device/lib/compat ] && [ -x "$bin_xrun" ] &&
+  ! LD_LIBRARY_PATH="$lib_path" "$bin_xrun" --version >/dev/null 2>>"$log"; then
+  lib_path="$PWD/.device/lib/compat:$lib_path"
 fi
-echo "== summary: CUDA tests rc=$tests_rc, gpu-smoke rc=$smoke_rc, cupti rc=$cupti_rc; log $log, store $out/gpu.db"
-exit $(( tests_rc != 0 || smoke_rc != 0 || cupti_rc != 0 ))
+# Wrappers: xrun and test_cuda see the libraries, python3 (torch) does not.
+for b in xrun test_cuda; do
+  src=$bin_xrun
+  [ "$b" = test_cuda ] && src=$bin_test
+  printf '#!/usr/bin/env bash\nexport LD_LIBRARY_PATH=%q\nexec %q "$@"\n' "$lib_path" "$(realpath -m "$src")" >"$tmp/$b"
+  chmod +x "$tmp/$b"
+done
+xrun="$tmp/xrun"
+test_cuda="$tmp/test_cuda"
+{
+  echo "==== setup: $source_of"
+  echo "LD_LIBRARY_PATH for xrun and test_cuda: $lib_path"
+  for b in "$bin_xrun" "$bin_test"; do
+    echo "-- ldd $b"
+    LD_LIBRARY_PATH="$lib_path" ldd "$b" 2>&1
+  done
+} >>"$log"
+missing=$(for b in "$bin_xrun" "$bin_test"; do
+  [ -x "$b" ] || { echo "$b"; continue; }
+  LD_LIBRARY_PATH="$lib_path" ldd "$b" 2>/dev/null | awk '/not found/ {print $1}'
+done | sort -u | tr '\n' ' ')
+cudnn_dir=$(LD_LIBRARY_PATH="$lib_path" ldd "$bin_xrun" 2>/dev/null | awk '/libcudnn.so/ {print $3}')
+if [ -n "$missing" ]; then
+  record setup FAIL $((SECONDS - start)) "missing: $missing(XRUN_CUDA_LIBS chooses CUDA's)"
+  print_table
+  exit 1
+fi
+# Both binaries must start (a library found but unusable: truncated, too old).
+for check in "xrun --version" "test_cuda --help"; do
+  name=${check%% *}
+  if ! "$tmp/$name" "${check#* }" >/dev/null 2>"$tmp/start.err"; then
+    cat "$tmp/start.err" >>"$log"
+    record setup FAIL $((SECONDS - start)) "$name does not start: $(head -c 200 "$tmp/start.err")"
+    print_table
+    exit 1
+  fi
+done
+record setup ok $((SECONDS - start)) "$source_of; cuDNN ${cudnn_dir:-?}"
+
+# ---- 2. doctor --------------------------------------------------------------
+run_stage doctor 30 "$xrun" doctor --require cuda
+doctor_rc=$stage_rc
+"$xrun" doctor --json >"$tmp/doctor.json" 2>>"$log"
+key="-"
+if have_python; then
+  key=$(python3 - "$tmp/doctor.json" <<'PY' 2>>"$log"
+import json, sys
+d = json.load(open(sys.argv[1]))
+c = d["cuda"]
+if not d.get("gpus"):
+    print(c.get("status") or "no GPU")
+else:
+    g = d["gpus"][0]
+    print(f'{g["name"]} (cc {g["compute_capability"]}, {g["memory_bytes"] / 2**30:.0f} GiB), '
+          f'driver {c["driver_release"] or c["driver_cuda"]}, CUDA {c["runtime"]}, '
+          f'cuDNN {c["cudnn"]["loaded_version"]}, cuBLAS {c["cublas"]["loaded_version"]}, '
+          f'CUPTI {c["cupti_api"]["loaded_version"]}')
+PY
+)
+fi
+record doctor "$(result_of "$doctor_rc")" "$stage_s" "${key:--}"
+if [ "$doctor_rc" -ne 0 ]; then
+  echo "no usable GPU: stopping (xrun doctor --require cuda exited $doctor_rc)"
+  print_table
+  exit 1
+fi
+
+# ---- --bench: xrun against PyTorch, on its own -------------------------------
+if [ "$mode" = bench ]; then
+  if ! python3 -c "import torch, torchvision" 2>>"$log"; then
+    record bench FAIL 0 "python3 has no torch + torchvision"
+  else
+    run_stage bench 540 bench/gpu_vs_pytorch.sh "$xrun" "$out/gpu-bench.db"
+    key=$(grep -E '^(fp16|bf16) ' "$log" | awk '{printf "%s%s %s img/s vs torch %s: %s", sep, $1, $2, $3, $4; sep="; "}')
+    record bench "$(result_of "$stage_rc")" "$stage_s" "${key:--}"
+  fi
+  print_table
+  exit "$failed"
+fi
+
+# ---- 3. tests ---------------------------------------------------------------
+export OMP_WAIT_POLICY=PASSIVE
+run_stage tests 210 env XRUN_TEST_ERRORS=1 XRUN_TEST_SOURCE_DIR="$PWD" "$test_cuda" --durations yes
+tests_rc=$stage_rc
+comparisons=$(grep -E '^cuda comparisons:' "$log" | tail -1 | sed 's/^cuda comparisons: //')
+cases=$(grep -E '^(All tests passed|test cases:)' "$log" | tail -1)
+skipped=$(grep -E '^skipped: ' "$log" | tail -1)
+record tests "$(result_of "$tests_rc")" "$stage_s" \
+  "${skipped:-${comparisons:+$comparisons comparisons; }${cases:-no Catch summary}}"
+if [ "$tests_rc" -ne 0 ]; then
+  grep -E ' FAIL$' "$log" | head -30
+  grep -E '^(test cases|assertions):' "$log" | tail -2
+fi
+
+# ---- 4. smoke ---------------------------------------------------------------
+steps=(--set train.steps=12 --set measure.warmup_steps=2 --set measure.measure_steps=10)
+rm -f "$out"/gpu.db "$out"/gpu.db-* "$out"/cupti.db "$out"/cupti.db-*
+run_stage smoke 150 "$xrun" run experiments/gpu-smoke.toml --db "$out/gpu.db" --force "${steps[@]}"
+smoke_rc=$stage_rc
+"$xrun" runs --db "$out/gpu.db" --format table >>"$log" 2>&1
+"$xrun" runs --db "$out/gpu.db" --format csv >"$tmp/smoke.csv" 2>>"$log"
+key="-"
+if have_python && [ -s "$tmp/smoke.csv" ]; then
+  key=$(python3 - "$tmp/smoke.csv" <<'PY' 2>>"$log"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+done = [r for r in rows if r["status"] == "complete"]
+best = {}
+for r in done:
+    if r["throughput"]:
+        best[r["precision"]] = max(best.get(r["precision"], 0.0), float(r["throughput"]))
+figures = ", ".join(f"{p} {best[p]:.0f}" for p in ("fp32", "tf32", "fp16", "bf16") if p in best)
+print(f"{len(done)}/{len(rows)} runs complete; best img/s {figures or '-'}")
+PY
+)
+fi
+record smoke "$(result_of "$smoke_rc")" "$stage_s" "${key:--}"
+
+# ---- 5. cupti ---------------------------------------------------------------
+run_stage cupti 75 "$xrun" run experiments/gpu-smoke.toml --db "$out/cupti.db" --force --only 5 \
+  "${steps[@]}" --set profile.cupti='"trace"' --set profile.trace_steps=3 \
+  --set data.pin_memory=true --set data.augment='["random_crop", "hflip"]'
+cupti_rc=$stage_rc
+{
+  "$xrun" show 1 --db "$out/cupti.db" | sed -n '/^phases/,/^environment/p' | head -80
+  "$xrun" trace 1 --db "$out/cupti.db" -o "$out/gpu-trace.json"
+} >>"$log" 2>&1
+"$xrun" show 1 --db "$out/cupti.db" --json >"$tmp/cupti.json" 2>>"$log"
+kernel_rows=$("$xrun" export --db "$out/cupti.db" --table kernels --format csv 2>>"$log" | tail -n +2 | wc -l)
+key="-"
+if have_python && [ -s "$tmp/cupti.json" ]; then
+  key=$(python3 - "$tmp/cupti.json" "$out/gpu-trace.json" "$kernel_rows" <<'PY' 2>>"$log"
+import json, os, sys
+d = json.load(open(sys.argv[1]))
+overhead = d.get("cupti_overhead")
+trace = os.path.getsize(sys.argv[2]) / 2**20 if os.path.exists(sys.argv[2]) else None
+print(f'{d.get("status")}; {d.get("cupti_steps")} traced steps, '
+      f'overhead {"-" if overhead is None else f"{100 * overhead:.1f}%"}, {sys.argv[3]} kernel rows, '
+      f'trace {"none" if trace is None else f"{trace:.1f} MiB"}')
+PY
+)
+fi
+record cupti "$(result_of "$cupti_rc")" "$stage_s" "${key:--}"
+
+# Each store as one file (SQLite's -wal and -shm folded in): fewer files to
+# carry back from a lent machine.
+if have_python; then
+  for db in "$out/gpu.db" "$out/cupti.db"; do
+    [ -f "$db" ] && python3 - "$db" <<'PY' 2>>"$log"
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+c.execute("PRAGMA journal_mode=DELETE")
+c.close()
+PY
+  done
+fi
+print_table
+exit "$failed"

@@ -1,0 +1,197 @@
+// tests/cuda/cuda_parity_test.cpp: whole training steps of the CUDA engine,
+// judged by the error budget PyTorch's own fp32 measures on the same runs.
+// The runs are the fixture's (tests/engine/fixtures/torch_parity.json, see
+// tests/engine/torch_parity.h): resnet18 (batch 4) and resnet50 (batch 8) at
+// 64x64, three SGD steps (momentum, weight decay) from the same weights and
+// batch: losses and logits of every step, every gradient and updated weight
+// of step 1, BN running statistics after every step, eval logits at the end.
+//
+// fp32 (no TF32 anywhere: cuDNN FMA math, cuBLAS 32F) is judged exactly as
+// the CPU engine is (tests/engine/torch_parity_test.cpp): against PyTorch
+// float64, each tensor's error within kFactor (4) times PyTorch fp32's own
+// error on it plus a floor (torch_parity.h). A fixed NMSE threshold cannot
+// do this: PyTorch's fp32 is 2% off float64 in some of resnet50's step-1
+// gradients and 18% in its step-2 logits, while resnet18's worst is 5e-6.
+//
+// tf32, fp16 and bf16 have no PyTorch reference in the fixture: each tensor
+// is compared with the CPU engine's fp32 result on the same run by NMSE,
+// with a threshold derived from the same measured budget:
+// - PyTorch fp32's relative L2 error on a tensor, rel32 = ‖t32 - r‖ / ‖r‖,
+//   measures how much the computation amplifies rounding on the way to it:
+//   A = rel32 / u32, u32 = 2^-24 (fp32's unit roundoff: one rounding's
+//   relative error, round to nearest).
+// - Rounding errors propagate linearly to first order, so the same
+//   computation rounded at unit roundoff u_p is off by about A * u_p:
+//   u_p = 2^-11 for tf32 (10-bit mantissas in the convolution and GEMM
+//   products) and fp16 (the activations, and the weight copies the
+//   convolutions and fc read, are stored in it), 2^-8 for bf16. The CPU
+//   engine's own error, about A * u32, is negligible next to that, so
+//     NMSE threshold = (kFactor * max(1, rel32 / u32) * u_p + kFloor)^2
+//   with the parity rule's kFactor and kFloor; max(1, .) because every
+//   value passes through at least one rounding at u_p.
+// - It is conservative: fp32 runs also round inside long sums (~sqrt(K) u32
+//   for K terms), which A counts, while tf32/fp16/bf16 sums accumulate in
+//   fp32 and round at u_p only where stored.
+// - The first-order model holds while A * u_p << 1. A threshold above
+//   kNmseCap = 0.25 (50% relative L2 error) says the budget expects errors
+//   as large as the values themselves (an all-zero result scores 1, an
+//   unrelated one of the same norm 2): such a tensor cannot be judged, so it
+//   is only required finite and counted as "beyond the cap". Where the
+//   first-order model saturates, the real error saturates too (at about the
+//   size of the values), so it never predicts less than happens: a weight
+//   updated by lr * g inherits g's error damped by lr |g| / |w|, in the
+//   budget as in reality. From the fixture: resnet18 judges all 251 tensors
+//   in tf32 and fp16 (thresholds 3.9e-6 to 0.025, i.e. 0.2% to 16%
+//   relative) and 192 in bf16 (its step-1 gradients are beyond the cap);
+//   resnet50, whose rounding is amplified ~3e5 times in step-1 gradients,
+//   judges step 1's loss, updated weights and running statistics: 158 of 647
+//   tensors in tf32 and fp16, 105 in bf16. Those counts follow from
+//   PyTorch's own errors and the cap; the rest are printed, not judged.
+// fp16 runs scale the loss by 1024 (the trainer's dynamic scale starts at
+// 65536 and backs off on overflow; a fixed scale here must never overflow):
+// unscaled, gradients below fp16's normal range (6e-5) would lose precision
+// the model above does not count; an overflow fails the case by name.
+// XRUN_TEST_ERRORS=1 prints every tensor's error and threshold (judged or
+// not), to calibrate on a real card; the table after the session has one
+// row per run and precision: its worst tensor against its threshold.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "cuda_test_util.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/torch_parity.h"
+
+using namespace xrun;
+using namespace xrun::cudatest;
+namespace parity = xrun::testing::parity;
+
+namespace {
+
+constexpr double kNmseCap = 0.25;
+constexpr float kFp16LossScale = 1024.0f;
+
+double unit_roundoff(const std::string& precision) {
+  if (precision == "bf16") return std::ldexp(1.0, -8);
+  if (precision == "tf32" || precision == "fp16") return std::ldexp(1.0, -11);
+  return std::ldexp(1.0, -24);
+}
+
+// The NMSE budget of a tensor on which PyTorch fp32 was off by rel32.
+double nmse_budget(double rel32, const std::string& precision) {
+  const double amplification = std::max(1.0, rel32 / unit_roundoff("fp32"));
+  const double rel = parity::kFactor * amplification * unit_roundoff(precision) + parity::kFloor;
+  return rel * rel;
+}
+
+const nlohmann::json& fixture() {
+  static const nlohmann::json f = parity::load_fixture();
+  return f;
+}
+
+// The CPU engine's values for every tensor of a fixture run, computed once
+// and shared by the three precisions.
+// "resnet50 step 1 grad conv1.weight" -> "step 1 grad conv1.weight".
+std::string without_arch(const std::string& what, const std::string& arch) {
+  return what.rfind(arch + " ", 0) == 0 ? what.substr(arch.size() + 1) : what;
+}
+
+const Outputs& cpu_outputs(int run_index) {
+  static std::map<int, Outputs> cache;
+  auto it = cache.find(run_index);
+  if (it != cache.end()) return it->second;
+  Outputs out;
+  cpu::CpuBackend cpu(0);
+  parity::run_fixture(cpu, fixture().at("runs").at(run_index),
+                      [&](const std::string& what, const std::vector<float>& x,
+                          const nlohmann::json&) { out[what] = x; });
+  return cache.emplace(run_index, std::move(out)).first->second;
+}
+
+void fp32_parity(int run_index) {
+  const nlohmann::json& run = fixture().at("runs").at(run_index);
+  const std::string arch = run.at("arch");
+  auto be = gpu("fp32");
+  const parity::Result r = parity::run_parity(*be, run);
+  const bool ok = r.worst_ratio <= 1.0 && r.outliers.size() <= static_cast<size_t>(parity::kKinks);
+  record({"step", "fp32",
+          arch + " vs PyTorch f64, " + std::to_string(r.tensors) + " tensors, " +
+              std::to_string(r.outliers.size()) + " kinks; worst " +
+              without_arch(r.worst_what, arch),
+          "parity", r.worst_ratio, 1.0, ok});
+}
+
+void budget_compare(int run_index, const std::string& precision) {
+  const nlohmann::json& run = fixture().at("runs").at(run_index);
+  const std::string arch = run.at("arch");
+  const Outputs& want = cpu_outputs(run_index);
+  auto be = gpu(precision);
+  int judged = 0, beyond_cap = 0;
+  double worst_ratio = -1, worst_nmse = 0, worst_threshold = 0;
+  std::string worst_what;
+  bool all_ok = true;
+  auto visit = [&](const std::string& what, const std::vector<float>& x,
+                   const nlohmann::json& ref) {
+    REQUIRE(want.count(what));
+    const std::vector<float>& cpu_values = want.at(what);
+    REQUIRE(x.size() == cpu_values.size());
+    const double l2 = ref.at("l2"), e32 = ref.at("err32_l2");
+    const double rel32 = l2 > 0 ? e32 / l2 : 0.0;
+    const double threshold = nmse_budget(rel32, precision);
+    const double e = nmse(x, cpu_values);
+    const bool judge = threshold <= kNmseCap;
+    if (print_errors())
+      std::printf("budget %-5s %-60s nmse %.3g threshold %.3g%s\n", precision.c_str(),
+                  what.c_str(), e, threshold, judge ? "" : " (beyond the cap: not judged)");
+    INFO(precision << " " << what << ": NMSE against the CPU " << e << ", budget " << threshold
+                   << " (torch fp32 relative error " << rel32 << ")");
+    CHECK(std::isfinite(e));
+    all_ok = all_ok && std::isfinite(e);
+    if (!judge) {
+      ++beyond_cap;
+      return;
+    }
+    ++judged;
+    CHECK(e <= threshold);
+    all_ok = all_ok && e <= threshold;
+    const double ratio = e / threshold;
+    if (!(ratio <= worst_ratio)) {
+      worst_ratio = ratio;
+      worst_nmse = e;
+      worst_threshold = threshold;
+      worst_what = what;
+    }
+  };
+  parity::run_fixture(*be, run, visit, precision == "fp16" ? kFp16LossScale : 1.0f);
+  CHECK(judged > 0);
+  record({"step", precision,
+          arch + " vs CPU, " + std::to_string(judged) + " judged, " + std::to_string(beyond_cap) +
+              " beyond cap; worst " + without_arch(worst_what, arch),
+          "nmse", worst_nmse, worst_threshold, all_ok && judged > 0});
+}
+
+}  // namespace
+
+TEST_CASE("cuda fp32 resnet18: three SGD steps match PyTorch float64 by the CPU engine's rule",
+          "[cuda][parity]") {
+  fp32_parity(0);
+}
+
+TEST_CASE("cuda fp32 resnet50: three SGD steps match PyTorch float64 by the CPU engine's rule",
+          "[cuda][parity]") {
+  fp32_parity(1);
+}
+
+TEST_CASE("cuda tf32/fp16/bf16 resnet18: three SGD steps within the error budget of the CPU",
+          "[cuda][parity]") {
+  for (const char* p : {"tf32", "fp16", "bf16"}) budget_compare(0, p);
+}
+
+TEST_CASE("cuda tf32/fp16/bf16 resnet50: three SGD steps within the error budget of the CPU",
+          "[cuda][parity]") {
+  for (const char* p : {"tf32", "fp16", "bf16"}) budget_compare(1, p);
+}
