@@ -22,17 +22,6 @@ void* Backend::allocate_host(size_t bytes, bool) {
 
 void Backend::free_host(void* p, bool) { std::free(p); }
 
-void Backend::stage_batch(const uint8_t*, const int32_t*, int, const BatchAugment*) {
-  throw std::logic_error(name() + " does not stage batches (use load_batch)");
-}
-
-void Backend::consume_staged_batch(std::span<const float>, std::span<const float>) {
-  throw std::logic_error(name() + " does not stage batches (use load_batch)");
-}
-
-void Backend::begin_capture() { throw std::logic_error(name() + " does not record CUDA graphs"); }
-void Backend::end_capture() { throw std::logic_error(name() + " does not record CUDA graphs"); }
-void Backend::replay() { throw std::logic_error(name() + " does not record CUDA graphs"); }
 
 bool cuda_engine_available() {
 #ifdef XRUN_HAVE_CUDA

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,10 @@ class ConvOp {
 
 // Batch norm over N,H,W per channel, optionally fused with ReLU or with a
 // residual add then ReLU. Training forward uses batch statistics and updates
-// running statistics PyTorch's way (momentum 0.1, unbiased running variance).
+// running statistics PyTorch's way (momentum 0.1, unbiased running variance):
+// torch.nn.BatchNorm2d's defaults, for every backend.
+constexpr double kBatchNormEps = 1e-5;
+constexpr double kBatchNormMomentum = 0.1;
 class BatchNormOp {
  public:
   virtual ~BatchNormOp() = default;
@@ -169,6 +173,16 @@ struct OptimizerSettings {
   bool nesterov = false;
 };
 
+// The optimizer state per parameter, by PyTorch's names (what checkpoints
+// keep, every backend alike): AdamW's two moments, SGD's momentum buffer
+// when it has momentum. std::invalid_argument for an unknown optimizer.
+inline std::vector<std::string> optimizer_state_names(const OptimizerSettings& s) {
+  if (s.name == "adamw") return {"exp_avg", "exp_avg_sq"};
+  if (s.name != "sgd") throw std::invalid_argument("unknown optimizer '" + s.name + "'");
+  if (s.momentum != 0) return {"momentum_buffer"};
+  return {};
+}
+
 // What a backend is made with (make_backend).
 struct BackendOptions {
   int threads = 0;                    // CPU threads, 0 = all cores
@@ -184,6 +198,34 @@ struct BatchAugment {
   bool random_crop = false;
   bool hflip = false;
   const int32_t* draws = nullptr;
+};
+
+// What only a device backend offers, as an optional part of the interface
+// (as ggml leaves optional entries of its backend interface empty): the
+// trainer uses each where Backend::device() is not null.
+class DeviceHooks {
+ public:
+  virtual ~DeviceHooks() = default;
+  // Overlapped input: stage_batch starts copying a batch on its own stream
+  // and returns at once (the host memory must stay as it is until the
+  // synchronize() after the batch is consumed); consume_staged_batch then
+  // normalises it into the input, ordered after the copy on the device. The
+  // step runner stages step N+1's batch before step N's synchronisation, so
+  // the copy runs while the GPU computes. load_batch = stage + consume +
+  // wait for the copy.
+  virtual void stage_batch(const uint8_t* images, const int32_t* labels, int count,
+                           const BatchAugment* augment) = 0;
+  virtual void consume_staged_batch(std::span<const float> mean, std::span<const float> std) = 0;
+  // Around the measured steps: cudaProfilerStart/Stop, so `nsys profile
+  // --capture-range=cudaProfilerApi` records only them.
+  virtual void profiler_start() = 0;
+  virtual void profiler_stop() = 0;
+  // CUDA graphs: the work queued between begin_capture() and end_capture()
+  // is recorded once (not run) and run again by each replay(). Only work
+  // whose per-step values live on the device may be recorded.
+  virtual void begin_capture() = 0;
+  virtual void end_capture() = 0;
+  virtual void replay() = 0;
 };
 
 class Backend {
@@ -247,33 +289,13 @@ class Backend {
   // Whether load_batch applies a BatchAugment (the CUDA backend: the loader
   // threads then only draw, and the pixels move on the GPU).
   virtual bool augments_batches() const { return false; }
-  // Overlapped input (the CUDA backend): stage_batch starts copying a batch
-  // on its own stream and returns at once (the host memory must stay as it
-  // is until the synchronize() after the batch is consumed);
-  // consume_staged_batch then normalises it into the input, ordered after
-  // the copy on the device. The trainer stages step N+1's batch before step
-  // N's synchronisation, so the copy runs while the GPU computes.
-  // load_batch = stage + consume + wait for the copy.
-  virtual bool stages_batches() const { return false; }
-  virtual void stage_batch(const uint8_t* images, const int32_t* labels, int count,
-                           const BatchAugment* augment);
-  virtual void consume_staged_batch(std::span<const float> mean, std::span<const float> std);
   virtual void synchronize() = 0;
   // Host memory for batches; pinned (page-locked) where the device can copy
   // from it asynchronously. Default: 64-byte aligned memory.
   virtual void* allocate_host(size_t bytes, bool pinned);
   virtual void free_host(void* p, bool pinned);
-  // Around the measured steps: cudaProfilerStart/Stop on the GPU, so
-  // `nsys profile --capture-range=cudaProfilerApi` records only them.
-  virtual void profiler_start() {}
-  virtual void profiler_stop() {}
-  // CUDA graphs: the work queued between begin_capture() and end_capture()
-  // is recorded once (not run) and run again by each replay(). Only work
-  // whose per-step values live on the device may be recorded.
-  virtual bool supports_graphs() const { return false; }
-  virtual void begin_capture();
-  virtual void end_capture();
-  virtual void replay();
+  // The device-only hooks (below), or nullptr where the backend has none (CPU).
+  virtual DeviceHooks* device() { return nullptr; }
   // Convolution algorithms chosen (CUDA) and the time spent choosing them.
   virtual std::vector<ConvAlgoRecord> conv_algorithms() const { return {}; }
   virtual double conv_algorithm_search_ms() const { return 0; }

@@ -7,6 +7,55 @@
 
 namespace xrun {
 
+size_t MemoryPlan::place(TensorRole role, size_t bytes) {
+  if (bound_) throw std::logic_error("memory plan: a tensor declared after allocation");
+  Region& r = regions_[index(role)];
+  const size_t offset = r.bytes;
+  r.bytes += (bytes + alignment_ - 1) / alignment_ * alignment_;
+  return offset;
+}
+
+void MemoryPlan::add_mirror(const std::string& name) {
+  if (bound_) throw std::logic_error("memory plan: region " + name + " declared after allocation");
+  mirrors_[name];
+}
+
+void MemoryPlan::set_mirror_base(const std::string& name, char* base) {
+  mirrors_.at(name) = base;
+}
+
+char* MemoryPlan::mirror_base(const std::string& name) const {
+  auto it = mirrors_.find(name);
+  if (it == mirrors_.end() || !bound_)
+    throw std::logic_error("memory plan: region " + name + " was not declared and allocated");
+  return it->second;
+}
+
+std::vector<MemoryRecord> MemoryPlan::records(const std::vector<MemoryRecord>& extras) const {
+  std::vector<MemoryRecord> out;
+  for (size_t i = 0; i < regions_.size(); ++i)
+    if (regions_[i].bytes > 0)
+      out.push_back({region_name(static_cast<TensorRole>(i)),
+                     static_cast<int64_t>(regions_[i].bytes)});
+  const int64_t params = static_cast<int64_t>(region_bytes(TensorRole::parameter));
+  for (const auto& entry : mirrors_) out.push_back({"optimizer." + entry.first, params});
+  out.insert(out.end(), extras.begin(), extras.end());
+  return out;
+}
+
+int64_t MemoryPlan::per_batch_bytes() const {
+  int64_t n = 0;
+  for (TensorRole role : {TensorRole::activation, TensorRole::activation_grad,
+                          TensorRole::workspace, TensorRole::io})
+    n += static_cast<int64_t>(region_bytes(role));
+  return n;
+}
+
+void MemoryPlan::check_fits(const std::vector<MemoryRecord>& extras, int64_t batch,
+                            int64_t usable, const std::string& where) const {
+  check_plan_fits(records(extras), per_batch_bytes(), batch, usable, where);
+}
+
 const char* region_name(TensorRole role) {
   switch (role) {
     case TensorRole::parameter: return "parameters";

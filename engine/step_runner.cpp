@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "engine/schedule.h"
+#include "engine/step_loop.h"
 
 namespace xrun {
 
@@ -17,8 +18,12 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
       total_steps_(total_steps),
       accumulate_(cfg.train.accumulate),
       scaler_(cfg.train.precision == Precision::fp16),
-      overlap_(parts.backend.stages_batches() && cfg.data.pin_memory && cfg.train.accumulate == 1 &&
-               cfg.data.prefetch >= 2) {}
+      device_(parts.backend.device()),
+      overlap_(device_ && cfg.data.pin_memory && cfg.train.accumulate == 1 &&
+               cfg.data.prefetch >= 2) {
+  if (cfg.train.cuda_graphs && !device_)
+    throw TrainError("train.cuda_graphs: " + parts.backend.name() + " does not record CUDA graphs");
+}
 
 void StepRunner::start_epoch(int epoch, int64_t step_in_epoch) {
   if (staged_) throw std::logic_error("a staged batch is left from the previous epoch");
@@ -39,14 +44,14 @@ const data::HostBatch* StepRunner::take_batch(StepRecord& rec, RunObserver& obs)
 
 void StepRunner::stage(const data::HostBatch* b) {
   const BatchAugment augment{cfg_.data.random_crop, cfg_.data.hflip, b->draws};
-  p_.backend.stage_batch(b->images, b->labels, b->count, b->draws ? &augment : nullptr);
+  device_->stage_batch(b->images, b->labels, b->count, b->draws ? &augment : nullptr);
 }
 
 void StepRunner::load(const data::HostBatch* b, bool was_staged, RunObserver& obs) {
   PhaseScope phase(obs, Phase::h2d);
   if (overlap_) {
     if (!was_staged) stage(b);
-    p_.backend.consume_staged_batch(cfg_.data.mean, cfg_.data.std);
+    device_->consume_staged_batch(cfg_.data.mean, cfg_.data.std);
   } else {
     const BatchAugment augment{cfg_.data.random_crop, cfg_.data.hflip, b->draws};
     p_.backend.load_batch(b->images, b->labels, b->count, cfg_.data.mean, cfg_.data.std,
@@ -68,17 +73,17 @@ void StepRunner::finish(StepRecord& rec) {
 void StepRunner::replay_graph(const OptimizerStep& os) {
   p_.optimizer.set_step(os);
   if (!graph_recorded_) {
-    p_.backend.begin_capture();
+    device_->begin_capture();
     p_.model.forward(true);  // counts num_batches_tracked for this step
     p_.loss.forward_backward(batch_);
     p_.model.backward();
     p_.optimizer.apply();
-    p_.backend.end_capture();
+    device_->end_capture();
     graph_recorded_ = true;
   } else {
     ++p_.model.num_batches_tracked;
   }
-  p_.backend.replay();
+  device_->replay();
 }
 
 StepRecord StepRunner::step(const StepStart& at, RunObserver& obs) {

@@ -51,6 +51,7 @@ class StepRunner {
   int64_t steps_per_epoch_, total_steps_;
   int accumulate_;
   LossScaler scaler_;
+  DeviceHooks* device_;  // null on the CPU: no staging, no graphs
   // Overlapped input (a backend that stages batches, pinned memory, one
   // batch per step, room for two in the ring): step N+1's batch is taken and
   // its copy issued before step N's synchronisation.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "engine/backend.h"
 #include "engine/capture_window.h"
@@ -80,8 +81,6 @@ class Run final : public StepSource {
     } else {
       batch = auto_batch();
     }
-    if (cfg.train.cuda_graphs && !backend->supports_graphs())
-      throw TrainError("train.cuda_graphs: " + backend->name() + " does not record CUDA graphs");
 
     train_loader = std::make_unique<data::Loader>(
         *train_set, loader_options(cfg, batch, true, *backend, obs_));
@@ -304,11 +303,16 @@ TrainResult train(const RunConfig& cfg, RunObserver& observers, const TrainConte
   run.set_up();
   const int64_t start = run.initialise();
   Backend& backend = *run.backend;
-  // The nsys capture range first, so it opens before and closes after every
-  // range the other observers open around the measured steps.
-  CaptureWindow capture([&backend](bool on) { on ? backend.profiler_start() : backend.profiler_stop(); });
+  // The nsys capture range (a device backend's) first, so it opens before
+  // and closes after every range the other observers open around the
+  // measured steps.
   RunObservers obs;
-  obs.add(capture).add(observers);
+  std::optional<CaptureWindow> capture;
+  if (DeviceHooks* device = backend.device())
+    obs.add(capture.emplace([device](bool on) {
+      on ? device->profiler_start() : device->profiler_stop();
+    }));
+  obs.add(observers);
 
   TrainResult result;
   result.environment = backend.environment();

@@ -80,7 +80,7 @@ RunConfig to_run_config(const nlohmann::json& resolved);
 std::string format_plan(const Plan& plan, bool json);
 
 // The key reference (Markdown) generated from the schema; the reference part
-// of docs/experiment-format.md is exactly this text (`xrun keys --markdown`).
+// of docs/experiment-format.md is exactly this text (`xrun keys`).
 std::string schema_markdown();
 
 // Canonical text of a JSON value: sorted keys, compact.

@@ -1,7 +1,7 @@
 // runner/main.cpp: the `xrun` command line (CLI11). Parses arguments and
 // hands each subcommand to its function in runner/commands.h; maps parse
 // errors to exit code 2. Subcommands: plan, run, runs, show, trace, merge,
-// compare, report, export, doctor (and the hidden `keys --markdown`, which
+// compare, report, export, doctor (and the hidden `keys`, which
 // prints the experiment-key reference).
 #include <CLI/CLI.hpp>
 #include <cerrno>
@@ -142,10 +142,8 @@ int main(int argc, char** argv) {
   doctor_cmd->add_option("--require", require, "Exit 1 unless this is available (cuda)");
   doctor_cmd->callback([&] { code = xrun::run_doctor(std::cout, std::cerr, doctor_json, require); });
 
-  bool markdown = false;
-  auto* keys_cmd = app.add_subcommand("keys", "Print the experiment-file key reference");
+  auto* keys_cmd = app.add_subcommand("keys", "Print the experiment-file key reference (Markdown)");
   keys_cmd->group("");  // hidden: used to regenerate docs/experiment-format.md
-  keys_cmd->add_flag("--markdown", markdown, "Markdown (the only format)");
   keys_cmd->callback([&] { std::cout << xrun::schema_markdown(); });
 
   // A first word that is no option and no command: say so (CLI11 would say

@@ -12,8 +12,8 @@ namespace xrun::cpu {
 namespace {
 
 using namespace dnnl;
-constexpr float kEps = 1e-5f;       // torch.nn.BatchNorm2d defaults
-constexpr float kMomentum = 0.1f;
+constexpr float kEps = static_cast<float>(kBatchNormEps);
+constexpr float kMomentum = static_cast<float>(kBatchNormMomentum);
 
 class CpuBatchNorm final : public BatchNormOp, public CpuOp {
  public:

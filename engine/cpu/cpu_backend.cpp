@@ -90,7 +90,6 @@ dnnl::primitive_attr CpuBackend::attr() {
 
 CpuTensor* CpuBackend::declare(const std::string& name, std::vector<int64_t> dims,
                                const memory::desc& md, TensorRole role, DType dtype) {
-  if (allocated_) throw std::logic_error("cpu backend: tensor declared after allocate(): " + name);
   CpuTensor& t = tensors_.emplace_back();
   t.name = name;
   t.dims = std::move(dims);
@@ -98,9 +97,7 @@ CpuTensor* CpuBackend::declare(const std::string& name, std::vector<int64_t> dim
   t.role = role;
   t.md = md;
   t.bytes = md.get_size();
-  Region& r = region_of(role);
-  t.offset = r.bytes;
-  r.bytes += round_up(t.bytes);
+  t.offset = plan_.place(role, t.bytes);
   return &t;
 }
 
@@ -170,21 +167,13 @@ std::unique_ptr<OptimizerOp> CpuBackend::optimizer(const OptimizerSettings& sett
   return make_optimizer(*this, settings, accumulation);
 }
 
-float* CpuBackend::region(TensorRole role) {
-  return reinterpret_cast<float*>(region_of(role).base);
-}
-size_t CpuBackend::region_bytes(TensorRole role) const { return region_of(role).bytes; }
+float* CpuBackend::region(TensorRole role) { return reinterpret_cast<float*>(plan_.base(role)); }
+size_t CpuBackend::region_bytes(TensorRole role) const { return plan_.region_bytes(role); }
 
-void CpuBackend::declare_mirror(const std::string& name) {
-  if (allocated_) throw std::logic_error("cpu backend: mirror declared after allocate(): " + name);
-  mirrors_[name];
-}
+void CpuBackend::declare_mirror(const std::string& name) { plan_.add_mirror(name); }
 
 float* CpuBackend::mirror_region(const std::string& name) {
-  auto it = mirrors_.find(name);
-  if (it == mirrors_.end() || !allocated_)
-    throw std::logic_error("cpu backend: region " + name + " was not declared and allocated");
-  return reinterpret_cast<float*>(it->second.base);
+  return reinterpret_cast<float*>(plan_.mirror_base(name));
 }
 
 namespace {
@@ -200,45 +189,31 @@ int64_t available_memory() {
 }  // namespace
 
 std::vector<MemoryRecord> CpuBackend::memory_plan() const {
-  std::vector<MemoryRecord> out;
-  for (size_t i = 0; i < regions_.size(); ++i)
-    if (regions_[i].bytes > 0)
-      out.push_back({region_name(static_cast<TensorRole>(i)),
-                     static_cast<int64_t>(regions_[i].bytes)});
-  for (const auto& [name, r] : mirrors_)
-    out.push_back({"optimizer." + name, static_cast<int64_t>(region_bytes(TensorRole::parameter))});
-  out.push_back({"scratchpad", static_cast<int64_t>(scratchpad_bytes_)});
-  return out;
+  return plan_.records({{"scratchpad", static_cast<int64_t>(scratchpad_bytes_)}});
 }
 
-// Refuses a plan larger than the memory available, naming the largest batch
-// that fits: the batch-sized regions grow with the batch, the rest does not.
-void CpuBackend::check_memory_fits() const {
-  const int64_t available = available_memory();
-  if (available <= 0) return;
-  int64_t per_batch = 0;
-  for (TensorRole role : {TensorRole::activation, TensorRole::activation_grad,
-                          TensorRole::workspace, TensorRole::io})
-    per_batch += static_cast<int64_t>(region_bytes(role));
-  check_plan_fits(memory_plan(), per_batch, input_ ? input_->dims[0] : 1, available,
-                  "in memory");
+// One zeroed allocation of `bytes` (none for 0), counted and kept for the destructor.
+char* CpuBackend::allocate_region(size_t bytes) {
+  char* base = zeroed_alloc(bytes);
+  if (base) allocations_.push_back(base);
+  allocated_bytes_ += static_cast<int64_t>(bytes);
+  return base;
 }
 
 void CpuBackend::allocate() {
-  if (allocated_) throw std::logic_error("cpu backend: allocate() called twice");
-  check_memory_fits();
-  allocated_ = true;
-  for (auto& [name, r] : mirrors_) {
-    r.bytes = region_bytes(TensorRole::parameter);
-    r.base = zeroed_alloc(r.bytes);
-    if (r.base) allocations_.push_back(r.base);
-    allocated_bytes_ += static_cast<int64_t>(r.bytes);
+  if (plan_.bound()) throw std::logic_error("cpu backend: allocate() called twice");
+  // Refuses a plan larger than the memory available, naming the largest
+  // batch that fits.
+  if (const int64_t available = available_memory(); available > 0)
+    plan_.check_fits({{"scratchpad", static_cast<int64_t>(scratchpad_bytes_)}},
+                     input_ ? input_->dims[0] : 1, available, "in memory");
+  for (const auto& entry : plan_.mirrors())
+    plan_.set_mirror_base(entry.first, allocate_region(region_bytes(TensorRole::parameter)));
+  for (size_t i = 0; i < 7; ++i) {
+    const TensorRole role = static_cast<TensorRole>(i);
+    plan_.set_base(role, allocate_region(region_bytes(role)));
   }
-  for (Region& r : regions_) {
-    r.base = zeroed_alloc(r.bytes);
-    if (r.base) allocations_.push_back(r.base);
-    allocated_bytes_ += static_cast<int64_t>(r.bytes);
-  }
+  plan_.mark_bound();
   scratchpad_base_ = zeroed_alloc(std::max<size_t>(scratchpad_bytes_, kAlign));
   allocations_.push_back(scratchpad_base_);
   allocated_bytes_ += static_cast<int64_t>(scratchpad_bytes_);
@@ -247,7 +222,7 @@ void CpuBackend::allocate() {
                                     memory::data_type::u8, memory::format_tag::a),
                        engine_, scratchpad_base_);
   for (CpuTensor& t : tensors_) {
-    t.data = region_of(t.role).base + t.offset;
+    t.data = plan_.base(t.role) + t.offset;
     t.mem = memory(t.md, engine_, t.data);
   }
   for (CpuOp* op : ops_) op->bind();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/memory_plan.h"
 
 // Elementwise loops (optimizer, residual sums, normalisation) are compiled
 // for AVX-512, AVX2 and baseline x86-64 and picked at load time, so one
@@ -121,23 +122,15 @@ class CpuBackend final : public Backend {
   int threads() const { return threads_; }
 
  private:
-  struct Region {
-    size_t bytes = 0;
-    char* base = nullptr;
-  };
-  void check_memory_fits() const;
+  char* allocate_region(size_t bytes);
   // Reorders between a layout and the canonical one, made once per layout.
   dnnl::reorder& exchange_reorder(const memory::desc& md, bool to_canonical);
-
-  Region& region_of(TensorRole role) { return regions_[static_cast<size_t>(role)]; }
-  const Region& region_of(TensorRole role) const { return regions_[static_cast<size_t>(role)]; }
 
   int threads_;
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::deque<CpuTensor> tensors_;  // stable addresses
-  std::array<Region, 7> regions_{};
-  std::map<std::string, Region> mirrors_;
+  MemoryPlan plan_{64};
   size_t scratchpad_bytes_ = 0;
   memory scratchpad_;
   char* scratchpad_base_ = nullptr;
@@ -146,7 +139,6 @@ class CpuBackend final : public Backend {
   std::unique_ptr<PointwiseOps> pointwise_;
   CpuTensor* input_ = nullptr;
   CpuTensor* labels_ = nullptr;
-  bool allocated_ = false;
   int64_t allocated_bytes_ = 0;
   std::vector<char*> allocations_;
 

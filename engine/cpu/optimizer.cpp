@@ -50,17 +50,12 @@ class CpuOptimizer final : public OptimizerOp {
  public:
   CpuOptimizer(CpuBackend& be, const OptimizerSettings& s, bool accumulation)
       : be_(be), s_(s), accumulation_(accumulation) {
-    if (s.name != "adamw" && s.name != "sgd")
-      throw std::invalid_argument("unknown optimizer '" + s.name + "'");
+    optimizer_state_names(s);  // refuses an unknown optimizer
     for (const std::string& state : state_names()) be.declare_mirror(state);
     if (accumulation) be.declare_mirror("grad_accum");
   }
 
-  std::vector<std::string> state_names() const override {
-    if (s_.name == "adamw") return {"exp_avg", "exp_avg_sq"};
-    if (s_.momentum != 0) return {"momentum_buffer"};
-    return {};
-  }
+  std::vector<std::string> state_names() const override { return optimizer_state_names(s_); }
 
   bool found_inf() override { return found_inf_; }
 

@@ -20,8 +20,8 @@ namespace xrun::cuda {
 
 namespace {
 
-constexpr double kEps = 1e-5;       // torch.nn.BatchNorm2d defaults
-constexpr double kMomentum = 0.1;
+constexpr double kEps = kBatchNormEps;
+constexpr double kMomentum = kBatchNormMomentum;
 
 class CudaBatchNorm final : public BatchNormOp, public CudaOp {
  public:

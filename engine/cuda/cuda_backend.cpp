@@ -20,9 +20,6 @@ namespace xrun::cuda {
 
 namespace {
 
-constexpr size_t kAlign = 256;
-size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
 DataType storage_for(Precision precision) {
   switch (precision) {
     case Precision::fp16: return DataType::f16;
@@ -158,7 +155,6 @@ const ConvAlgoChoice* CudaBackend::searched(const std::string& key) const {
 
 CudaTensor& CudaBackend::new_tensor(const std::string& name, std::vector<int64_t> dims,
                                     TensorRole role) {
-  if (allocated_) throw std::logic_error("cuda backend: tensor declared after allocate(): " + name);
   CudaTensor& t = tensors_.emplace_back();
   t.name = name;
   t.dims = std::move(dims);
@@ -182,9 +178,7 @@ CudaTensor* CudaBackend::declare_activation(const std::string& name, std::vector
                                          static_cast<int>(n), static_cast<int>(t.c_pad),
                                          static_cast<int>(h), static_cast<int>(w)));
   t.bytes = static_cast<size_t>(t.stored_elements()) * element_size(act_);
-  Region& r = region_of(role);
-  t.offset = r.bytes;
-  r.bytes += round_up(t.bytes);
+  t.offset = plan_.place(role, t.bytes);
   return &t;
 }
 
@@ -207,9 +201,7 @@ std::pair<CudaTensor*, CudaTensor*> CudaBackend::declare_parameter(const std::st
           static_cast<int>(t.dims[3])));
     }
     t.bytes = static_cast<size_t>(t.stored_elements()) * sizeof(float);
-    Region& r = region_of(role);
-    t.offset = r.bytes;
-    r.bytes += round_up(t.bytes);
+    t.offset = plan_.place(role, t.bytes);
     pair[i] = &t;
   }
   if (pair[0]->offset != pair[1]->offset)
@@ -225,46 +217,34 @@ CudaTensor* CudaBackend::declare_buffer(const std::string& name, std::vector<int
   t.layout = Layout::plain;
   t.storage = storage;
   t.bytes = bytes;
-  Region& r = region_of(role);
-  t.offset = r.bytes;
-  r.bytes += round_up(bytes);
+  t.offset = plan_.place(role, bytes);
   return &t;
 }
 
 void CudaBackend::need_workspace(size_t bytes) { workspace_bytes_ = std::max(workspace_bytes_, bytes); }
 
-void CudaBackend::declare_mirror(const std::string& name) {
-  if (allocated_) throw std::logic_error("cuda backend: mirror declared after allocate(): " + name);
-  mirrors_[name];
-}
+void CudaBackend::declare_mirror(const std::string& name) { plan_.add_mirror(name); }
 
 float* CudaBackend::mirror_region(const std::string& name) const {
-  auto it = mirrors_.find(name);
-  if (it == mirrors_.end() || !allocated_)
-    throw std::logic_error("cuda backend: region " + name + " was not declared and allocated");
-  return reinterpret_cast<float*>(it->second.base);
+  return reinterpret_cast<float*>(plan_.mirror_base(name));
 }
 
 float* CudaBackend::region(TensorRole role) const {
-  return reinterpret_cast<float*>(region_of(role).base);
+  return reinterpret_cast<float*>(plan_.base(role));
 }
 
 int64_t CudaBackend::parameter_count() const {
-  return static_cast<int64_t>(region_of(TensorRole::parameter).bytes / sizeof(float));
+  return static_cast<int64_t>(plan_.region_bytes(TensorRole::parameter) / sizeof(float));
 }
 
-std::vector<MemoryRecord> CudaBackend::memory_plan() const {
+// What the CUDA backend holds beside the plan's regions and mirrors.
+std::vector<MemoryRecord> CudaBackend::plan_extras() const {
   std::vector<MemoryRecord> out;
-  for (size_t i = 0; i < regions_.size(); ++i)
-    if (regions_[i].bytes > 0)
-      out.push_back({region_name(static_cast<TensorRole>(i)),
-                     static_cast<int64_t>(regions_[i].bytes)});
-  const int64_t params = static_cast<int64_t>(region_of(TensorRole::parameter).bytes);
+  const int64_t params = static_cast<int64_t>(plan_.region_bytes(TensorRole::parameter));
   if (half()) {
     out.push_back({"parameters.half", params / 2});
     out.push_back({"gradients.half", params / 2});
   }
-  for (const auto& [name, r] : mirrors_) out.push_back({"optimizer." + name, params});
   out.push_back({"conv_workspace", static_cast<int64_t>(workspace_bytes_)});
   if (input_)  // uint8 pixels, an int32 label and three int32 augmentation draws per image
     out.push_back({"input.staging", input_->dims[0] * (input_->dims[1] * input_->dims[2] *
@@ -272,17 +252,15 @@ std::vector<MemoryRecord> CudaBackend::memory_plan() const {
   return out;
 }
 
+std::vector<MemoryRecord> CudaBackend::memory_plan() const { return plan_.records(plan_extras()); }
+
 void CudaBackend::check_memory_fits() const {
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   // cuDNN and cuBLAS keep some memory of their own: leave 5% and 256 MiB.
   const int64_t usable = static_cast<int64_t>(free_bytes) - static_cast<int64_t>(total_bytes / 20) -
                          (int64_t{256} << 20);
-  int64_t per_batch = 0;
-  for (TensorRole role : {TensorRole::activation, TensorRole::activation_grad,
-                          TensorRole::workspace, TensorRole::io})
-    per_batch += static_cast<int64_t>(region_of(role).bytes);
-  check_plan_fits(memory_plan(), per_batch, input_ ? input_->dims[0] : 1, usable, "on " + name());
+  plan_.check_fits(plan_extras(), input_ ? input_->dims[0] : 1, usable, "on " + name());
 }
 
 void* CudaBackend::device_alloc(size_t bytes, const char* what) {
@@ -299,17 +277,17 @@ void* CudaBackend::device_alloc(size_t bytes, const char* what) {
 }
 
 void CudaBackend::allocate() {
-  if (allocated_) throw std::logic_error("cuda backend: allocate() called twice");
+  if (plan_.bound()) throw std::logic_error("cuda backend: allocate() called twice");
   check_memory_fits();
-  allocated_ = true;
-  for (size_t i = 0; i < regions_.size(); ++i)
-    regions_[i].base = static_cast<char*>(
-        device_alloc(regions_[i].bytes, region_name(static_cast<TensorRole>(i))));
-  const size_t param_bytes = region_of(TensorRole::parameter).bytes;
-  for (auto& [name, r] : mirrors_) {
-    r.bytes = param_bytes;
-    r.base = static_cast<char*>(device_alloc(param_bytes, name.c_str()));
+  for (size_t i = 0; i < 7; ++i) {
+    const TensorRole role = static_cast<TensorRole>(i);
+    plan_.set_base(role, static_cast<char*>(device_alloc(plan_.region_bytes(role), region_name(role))));
   }
+  const size_t param_bytes = plan_.region_bytes(TensorRole::parameter);
+  for (const auto& entry : plan_.mirrors())
+    plan_.set_mirror_base(entry.first,
+                          static_cast<char*>(device_alloc(param_bytes, entry.first.c_str())));
+  plan_.mark_bound();
   if (half()) {
     half_weights_ = device_alloc(param_bytes / 2, "half weights");
     half_grads_ = device_alloc(param_bytes / 2, "half gradients");
@@ -325,7 +303,7 @@ void CudaBackend::allocate() {
         static_cast<size_t>(input_->dims[0]) * 3 * sizeof(int32_t), "augmentation draws"));
   }
   for (CudaTensor& t : tensors_) {
-    t.data = region_of(t.role).base + t.offset;
+    t.data = plan_.base(t.role) + t.offset;
     // Half mirrors: the same element offset, two bytes per element.
     if (t.has_half && t.role == TensorRole::parameter)
       t.half_weights = static_cast<char*>(half_weights_) + t.offset / 2;

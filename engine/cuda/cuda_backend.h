@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/memory_plan.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
@@ -58,7 +59,7 @@ class CudaOp {
   virtual void bind() = 0;
 };
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public DeviceHooks {
  public:
   CudaBackend(int device, const BackendOptions& options);
   ~CudaBackend() override;
@@ -99,14 +100,14 @@ class CudaBackend final : public Backend {
                   std::span<const float> mean, std::span<const float> std,
                   const BatchAugment* augment) override;
   bool augments_batches() const override { return true; }
-  bool stages_batches() const override { return true; }
+  void synchronize() override;
+  DeviceHooks* device() override { return this; }
+  // DeviceHooks
   void stage_batch(const uint8_t* images, const int32_t* labels, int count,
                    const BatchAugment* augment) override;
   void consume_staged_batch(std::span<const float> mean, std::span<const float> std) override;
-  void synchronize() override;
   void profiler_start() override;
   void profiler_stop() override;
-  bool supports_graphs() const override { return true; }
   void begin_capture() override;
   void end_capture() override;
   void replay() override;
@@ -156,12 +157,7 @@ class CudaBackend final : public Backend {
   CudaTensor* labels() const { return labels_; }
 
  private:
-  struct Region {
-    size_t bytes = 0;
-    char* base = nullptr;
-  };
-  Region& region_of(TensorRole role) { return regions_[static_cast<size_t>(role)]; }
-  const Region& region_of(TensorRole role) const { return regions_[static_cast<size_t>(role)]; }
+  std::vector<MemoryRecord> plan_extras() const;
   CudaTensor& new_tensor(const std::string& name, std::vector<int64_t> dims, TensorRole role);
   void check_memory_fits() const;
   void* device_alloc(size_t bytes, const char* what);
@@ -178,8 +174,7 @@ class CudaBackend final : public Backend {
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::deque<CudaTensor> tensors_;
-  std::array<Region, 7> regions_{};
-  std::map<std::string, Region> mirrors_;
+  MemoryPlan plan_{256};
   void* half_weights_ = nullptr;
   void* half_grads_ = nullptr;
   void* workspace_ = nullptr;
@@ -196,7 +191,6 @@ class CudaBackend final : public Backend {
   std::unique_ptr<PointwiseOps> pointwise_;
   std::vector<ConvAlgoRecord> algo_records_;
   double algo_search_ms_ = 0;
-  bool allocated_ = false;
   int64_t allocated_bytes_ = 0;
 };
 

@@ -19,19 +19,14 @@ class CudaOptimizer final : public OptimizerOp {
  public:
   CudaOptimizer(CudaBackend& be, const OptimizerSettings& s, bool accumulation)
       : be_(be), s_(s), accumulation_(accumulation) {
-    if (s.name != "adamw" && s.name != "sgd")
-      throw std::invalid_argument("unknown optimizer '" + s.name + "'");
+    optimizer_state_names(s);  // refuses an unknown optimizer
     for (const std::string& state : state_names()) be.declare_mirror(state);
     if (accumulation) be.declare_mirror("grad_accum");
     found_inf_ = be.declare_buffer("optimizer.found_inf", {1}, sizeof(int), TensorRole::workspace);
     args_ = be.declare_buffer("optimizer.args", {1}, sizeof(Args), TensorRole::workspace);
   }
 
-  std::vector<std::string> state_names() const override {
-    if (s_.name == "adamw") return {"exp_avg", "exp_avg_sq"};
-    if (s_.momentum != 0) return {"momentum_buffer"};
-    return {};
-  }
+  std::vector<std::string> state_names() const override { return optimizer_state_names(s_); }
 
   // The step's values go to the device (from pageable memory: the copy is
   // done when this returns); apply() queues the update that reads them.

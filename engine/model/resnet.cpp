@@ -172,24 +172,6 @@ ResNet::ResNet(Backend& backend, const ModelSpec& spec) : backend_(backend), spe
 
 ResNet::~ResNet() = default;
 
-std::vector<ResNet::Output> ResNet::outputs() const {
-  std::vector<Output> out;
-  auto conv = [&](const Conv& c) { out.push_back({c.name, c.op->y, c.op->dy}); };
-  auto bn = [&](const BN& b) { out.push_back({b.name, b.op->y, b.op->dy}); };
-  conv(*conv1_);
-  bn(*bn1_);
-  out.push_back({"maxpool", maxpool_->y, maxpool_->dy});
-  for (const auto& b : blocks_) {
-    conv(b->c1), bn(b->b1), conv(b->c2), bn(b->b2);
-    if (b->bottleneck) conv(b->c3), bn(b->b3);
-    if (b->downsample) conv(b->ds_conv), bn(b->ds_bn);
-    out.push_back({b->name, b->last_bn().op->y, b->last_bn().op->dy});
-  }
-  out.push_back({"avgpool", avgpool_->y, avgpool_->dy});
-  out.push_back({"fc", fc_->y, fc_->dy});
-  return out;
-}
-
 Tensor* ResNet::logits() const { return fc_->y; }
 Tensor* ResNet::dlogits() const { return fc_->dy; }
 

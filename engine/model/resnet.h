@@ -58,16 +58,6 @@ class ResNet {
   const ModelSpec& spec() const { return spec_; }
 
   const std::vector<StateEntry>& state() const { return state_; }
-  // Every module's output and its gradient, by torchvision module path
-  // ("conv1", "bn1", "maxpool", "layer1.0.conv1", "layer1.0.bn1", ...,
-  // "layer1.0" (the block), "avgpool", "fc"), in forward order; for tests and
-  // inspection.
-  struct Output {
-    std::string name;
-    Tensor* y;
-    Tensor* dy;
-  };
-  std::vector<Output> outputs() const;
   int64_t parameter_count() const;
   // BN's num_batches_tracked: one counter for the whole model (every BN layer
   // sees every training batch).

@@ -26,7 +26,7 @@ TEST_CASE("the docs' key reference is schema_markdown()", "[config][docs]") {
   while (!section.empty() && (section.back() == '\n')) section.pop_back();
   std::string md = schema_markdown();
   while (!md.empty() && md.back() == '\n') md.pop_back();
-  // On failure: regenerate the section with `xrun keys --markdown`.
+  // On failure: regenerate the section with `xrun keys`.
   CHECK(section == md);
 }
 

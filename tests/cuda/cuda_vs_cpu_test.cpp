@@ -393,16 +393,17 @@ TEST_CASE("cuda stage_batch: a batch copied while the previous one computes equa
   const std::vector<float> want = read(cpu, cm.x);
   for (const std::string& p : precisions()) {
     auto be = gpu(p);
-    REQUIRE(be->stages_batches());
+    DeviceHooks* device = be->device();
+    REQUIRE(device != nullptr);
     InputModel m = input_model(*be, n, c, h, w);
-    be->stage_batch(a.data(), labels_a.data(), n, nullptr);
-    be->consume_staged_batch(mean, sd);
+    device->stage_batch(a.data(), labels_a.data(), n, nullptr);
+    device->consume_staged_batch(mean, sd);
     m.conv->forward();
     m.pool->forward_train();
     m.fc->forward();
-    be->stage_batch(b.data(), labels_b.data(), 3, nullptr);  // before any wait
-    CHECK_THROWS_AS(be->stage_batch(b.data(), labels_b.data(), 3, nullptr), std::logic_error);
-    be->consume_staged_batch(mean, sd);
+    device->stage_batch(b.data(), labels_b.data(), 3, nullptr);  // before any wait
+    CHECK_THROWS_AS(device->stage_batch(b.data(), labels_b.data(), 3, nullptr), std::logic_error);
+    device->consume_staged_batch(mean, sd);
     be->synchronize();
     check_nmse(read(*be, m.x), want, op_threshold(p), "stage_batch", p,
                "3x16x16 input, 3 of 4 rows");
