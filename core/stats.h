@@ -11,14 +11,20 @@
 
 namespace xrun {
 
+// The q-quantile (0..1) of values already in ascending order, by linear
+// interpolation; 0 when empty.
+inline double quantile_of_sorted(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+}
+
 // The q-quantile (0..1) of `values` by linear interpolation; 0 when empty.
 inline double quantile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
-  const double pos = q * static_cast<double>(values.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, values.size() - 1);
-  return values[lo] + (values[hi] - values[lo]) * (pos - static_cast<double>(lo));
+  return quantile_of_sorted(values, q);
 }
 
 inline double median(std::vector<double> values) { return quantile(std::move(values), 0.5); }

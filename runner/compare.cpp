@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/stats.h"
 #include "runner/experiment.h"
 
 namespace xrun::analysis {
@@ -282,14 +283,6 @@ double resampled_throughput(const RunSteps& runs, std::mt19937_64& rng) {
   return 1000.0 * images / ms;
 }
 
-// Linear interpolation between the closest ranks of sorted values.
-double percentile(const std::vector<double>& sorted, double q) {
-  const double pos = q * static_cast<double>(sorted.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (pos - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
-}
-
 // The generator of one cell: the seed and the cell's identity, so that a
 // cell's interval does not depend on which other runs the store holds.
 std::mt19937_64 cell_rng(uint64_t seed, const std::string& match_key, const std::string& value) {
@@ -307,8 +300,8 @@ void set_ratio(CompareCell& cell, const RunSteps& steps, const RunSteps& baselin
   for (double& r : ratios)
     r = resampled_throughput(steps, rng) / resampled_throughput(baseline_steps, rng);
   std::sort(ratios.begin(), ratios.end());
-  cell.ratio_lo = percentile(ratios, 0.025);
-  cell.ratio_hi = percentile(ratios, 0.975);
+  cell.ratio_lo = quantile_of_sorted(ratios, 0.025);
+  cell.ratio_hi = quantile_of_sorted(ratios, 0.975);
   cell.interval_includes_one = cell.ratio_lo <= 1.0 && 1.0 <= cell.ratio_hi;
 }
 
