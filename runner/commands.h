@@ -41,6 +41,31 @@ std::string parse_only(const std::vector<std::string>& words, std::vector<int>& 
 // saying so when nsys is not on the PATH.
 int run_under_nsys(const RunArgs& args);
 
+// `xrun submit FILE --slurm ...` (runner/submit_command.cpp, runner/slurm.h).
+struct SubmitArgs {
+  std::string file;
+  bool slurm = false;
+  std::string partition;
+  int gpus_per_run = 0;
+  int cpus_per_run = 0;
+  std::string mem;
+  std::string time;
+  int max_parallel = 0;
+  std::string results;                 // "" = xrun-results/<experiment name>
+  std::vector<std::string> only_text;
+  std::vector<int> only;
+  std::vector<std::string> sets;
+  bool dry_run = false;
+};
+int submit_command(const SubmitArgs& args);
+
+// `xrun collect DIR --into OUT` (runner/collect_command.cpp).
+struct CollectArgs {
+  std::string dir;
+  std::string into;
+};
+int collect_command(const CollectArgs& args);
+
 struct RunsArgs {
   std::string db = "xrun.db";
   std::vector<std::string> where;  // "KEY=VALUE"

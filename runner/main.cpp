@@ -73,6 +73,43 @@ int main(int argc, char** argv) {
     }
   });
 
+  SubmitArgs submit;
+  auto* submit_cmd = app.add_subcommand(
+      "submit", "Submit the planned runs to a Slurm cluster as one job array (a store per task)");
+  submit_cmd->add_option("file", submit.file, "Experiment file (TOML)")->required();
+  submit_cmd->add_flag("--slurm", submit.slurm, "Submit with Slurm's sbatch");
+  submit_cmd->add_option("--partition", submit.partition, "Slurm partition");
+  submit_cmd->add_option("--gpus-per-run", submit.gpus_per_run, "GPUs for each run")
+      ->check(CLI::NonNegativeNumber);
+  submit_cmd->add_option("--cpus-per-run", submit.cpus_per_run, "CPU cores for each run")
+      ->check(CLI::NonNegativeNumber);
+  submit_cmd->add_option("--mem", submit.mem, "Memory for each run, as Slurm writes it (16G)");
+  submit_cmd->add_option("--time", submit.time, "Time limit of each run, HH:MM:SS");
+  submit_cmd->add_option("--max-parallel", submit.max_parallel, "At most this many runs at once")
+      ->check(CLI::NonNegativeNumber);
+  submit_cmd->add_option("--results", submit.results,
+                         "Folder for the task stores, logs, script and frozen experiment "
+                         "(default xrun-results/NAME)");
+  submit_cmd->add_option("--only", submit.only_text, "Submit only these run indices, e.g. 0,3,5")
+      ->delimiter(',');
+  submit_cmd->add_option("--set", submit.sets, "Override a key before the sweep expands: KEY=VALUE");
+  submit_cmd->add_flag("--dry-run", submit.dry_run, "Print the batch script; write and submit nothing");
+  submit_cmd->callback([&] {
+    if (const std::string problem = parse_only(submit.only_text, submit.only); !problem.empty()) {
+      std::cerr << "xrun: " << problem << "\n";
+      code = kUsage;
+      return;
+    }
+    code = submit_command(submit);
+  });
+
+  CollectArgs collect;
+  auto* collect_cmd = app.add_subcommand(
+      "collect", "Merge the task stores of a submitted job array into one store");
+  collect_cmd->add_option("dir", collect.dir, "Results folder of xrun submit")->required();
+  collect_cmd->add_option("--into", collect.into, "The store to merge into")->required();
+  collect_cmd->callback([&] { code = collect_command(collect); });
+
   RunsArgs runs;
   auto* runs_cmd = app.add_subcommand("runs", "List stored runs with their headline figures");
   runs_cmd->add_option("--db", runs.db, "Result store")->capture_default_str();

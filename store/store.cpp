@@ -507,6 +507,15 @@ std::optional<std::string> Store::find_complete(const std::string& config_hash) 
   return st.text(0);
 }
 
+std::optional<std::string> Store::find_complete_experiment(const std::string& experiment_hash) const {
+  Statement st(db_, path_,
+               "SELECT uuid FROM runs WHERE experiment_hash = ?1 AND status = 'complete'"
+               " ORDER BY id DESC LIMIT 1");
+  st.bind(1, experiment_hash);
+  if (!st.step()) return std::nullopt;
+  return st.text(0);
+}
+
 std::string Store::quick_check() const {
   std::string problems;
   try {

@@ -182,6 +182,9 @@ class Store {
 
   // The UUID of a complete run with this config hash, if any.
   std::optional<std::string> find_complete(const std::string& config_hash) const;
+  // The same by experiment hash (the run on any machine: device, label and
+  // data path aside), for work planned on one host and run on another.
+  std::optional<std::string> find_complete_experiment(const std::string& experiment_hash) const;
   // Runs left `running` on this host by a process that no longer exists are
   // marked interrupted. Returns how many.
   int mark_stale_runs_interrupted();

@@ -1,0 +1,75 @@
+// runner/slurm.cpp: see slurm.h.
+#include "runner/slurm.h"
+
+#include <filesystem>
+#include <set>
+
+#include "store/store.h"
+
+namespace xrun::cli {
+
+std::string shell_quote(const std::string& s) {
+  const bool plain = !s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                       "abcdefghijklmnopqrstuvwxyz"
+                                                       "0123456789_-./:=,+@%") == std::string::npos;
+  if (plain) return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string task_store(const std::string& results, int run) {
+  return (std::filesystem::path(results) / ("task-" + std::to_string(run) + ".db")).string();
+}
+
+std::string slurm_batch_script(const SlurmJob& job) {
+  const int tasks = static_cast<int>(job.runs.size());
+  std::string s = "#!/bin/bash\n";
+  s += "# Written by `xrun submit`: " + std::to_string(tasks) + " run(s) of " + job.name +
+       ", one array task each.\n";
+  s += "# Each task trains one planned run into a store of its own (task-RUN.db);\n";
+  s += "# `xrun collect " + shell_quote(job.results) + " --into OUT` merges them.\n";
+  s += "#SBATCH --job-name=" + shell_quote("xrun-" + job.name) + "\n";
+  s += "#SBATCH --array=0-" + std::to_string(tasks - 1) +
+       (job.max_parallel > 0 ? "%" + std::to_string(job.max_parallel) : "") + "\n";
+  s += "#SBATCH --output=" + shell_quote(job.results + "/logs/%A_%a.out") + "\n";
+  s += "#SBATCH --chdir=" + shell_quote(job.workdir) + "\n";
+  s += "#SBATCH --ntasks=1\n";
+  if (!job.partition.empty()) s += "#SBATCH --partition=" + shell_quote(job.partition) + "\n";
+  if (job.cpus_per_run > 0) s += "#SBATCH --cpus-per-task=" + std::to_string(job.cpus_per_run) + "\n";
+  if (job.gpus_per_run > 0) s += "#SBATCH --gpus-per-task=" + std::to_string(job.gpus_per_run) + "\n";
+  if (!job.mem.empty()) s += "#SBATCH --mem=" + shell_quote(job.mem) + "\n";
+  if (!job.time.empty()) s += "#SBATCH --time=" + shell_quote(job.time) + "\n";
+  s += "set -euo pipefail\n";
+  s += "runs=(";
+  for (int i = 0; i < tasks; ++i) {
+    if (i) s += ' ';
+    s += std::to_string(job.runs[i]);
+  }
+  s += ")\n";
+  s += "run=${runs[$SLURM_ARRAY_TASK_ID]}\n";
+  s += "exec " + shell_quote(job.xrun) + " run " + shell_quote(job.experiment) +
+       " --only \"$run\" --db " + shell_quote(job.results) + "/task-\"$run\".db";
+  for (const std::string& set : job.sets) s += " --set " + shell_quote(set);
+  s += "\n";
+  return s;
+}
+
+std::vector<int> runs_left(const Plan& plan, const std::vector<int>& only,
+                           const std::string& results) {
+  std::set<int> wanted(only.begin(), only.end());
+  std::vector<int> left;
+  for (const RunSpec& run : plan.runs) {
+    if (!wanted.empty() && !wanted.count(run.index)) continue;
+    const std::string db = task_store(results, run.index);
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(db, ec)) {
+      store::Store store(db, store::Store::Access::read_only);
+      if (store.find_complete_experiment(run.experiment_hash)) continue;
+    }
+    left.push_back(run.index);
+  }
+  return left;
+}
+
+}  // namespace xrun::cli

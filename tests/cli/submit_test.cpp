@@ -1,0 +1,170 @@
+// tests/cli/submit_test.cpp: `xrun submit --slurm` without a cluster (the
+// tests through real Slurm daemons are still to come, issue #12): the batch
+// script of a job array, one task per planned run, checked line by line;
+// a bad experiment file submits and writes nothing (exit 2); runs complete
+// in their task store are left out of the next submission; with no sbatch
+// on the PATH the script and the frozen experiment are written and the
+// error says so; and the written script, run by bash as Slurm would run
+// array task 1, trains that task's run into its own store.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "cli_util.h"
+
+using namespace xrun_test;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Four runs (lr x seed) of two steps each: seconds on two cores.
+std::string four_runs() {
+  return R"(name = "tiny"
+[model]
+arch = "resnet18"
+[data]
+source = "synthetic"
+image_size = 16
+samples = 64
+test_samples = 16
+workers = 0
+[train]
+device = "cpu"
+batch_size = 8
+steps = 2
+eval = false
+threads = 1
+[measure]
+warmup_steps = 1
+[sweep]
+train.optimizer.lr = [0.001, 0.01]
+train.seed = [1, 2]
+)";
+}
+
+}  // namespace
+
+TEST_CASE("xrun submit --dry-run: one array task per planned run, the same --set values",
+          "[cli][submit]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("tiny.toml", four_runs());
+  const CommandResult r =
+      f.xrun("submit tiny.toml --slurm --dry-run --results out --max-parallel 2 --partition gpu "
+             "--gpus-per-run 1 --cpus-per-run 4 --mem 16G --time 01:30:00 "
+             "--set 'store.label=\"rack 3\"'");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const std::string dir = std::filesystem::canonical(f.dir.path()).string();
+  const std::string out = dir + "/out";
+  CHECK_THAT(r.output, Contains("#!/bin/bash\n"));
+  CHECK_THAT(r.output, Contains("#SBATCH --job-name=xrun-tiny\n"));
+  CHECK_THAT(r.output, Contains("#SBATCH --array=0-3%2\n"));
+  CHECK_THAT(r.output, Contains("#SBATCH --output=" + out + "/logs/%A_%a.out\n"));
+  CHECK_THAT(r.output, Contains("#SBATCH --chdir=" + dir + "\n"));
+  CHECK_THAT(r.output, Contains("#SBATCH --partition=gpu\n"));
+  CHECK_THAT(r.output, Contains("#SBATCH --gpus-per-task=1\n"));
+  CHECK_THAT(r.output, Contains("#SBATCH --cpus-per-task=4\n"));
+  CHECK_THAT(r.output, Contains("#SBATCH --mem=16G\n"));
+  CHECK_THAT(r.output, Contains("#SBATCH --time=01:30:00\n"));
+  CHECK_THAT(r.output, Contains("runs=(0 1 2 3)\nrun=${runs[$SLURM_ARRAY_TASK_ID]}\n"));
+  CHECK_THAT(r.output, Contains(" run " + out + "/experiment-") &&
+                           Contains(".toml --only \"$run\" --db " + out + "/task-\"$run\".db "
+                                    "--set 'store.label=\"rack 3\"'\n"));
+  CHECK_FALSE(std::filesystem::exists(f.dir.file("out")));  // a dry run writes nothing
+}
+
+TEST_CASE("xrun submit: a bad file or a bad option submits and writes nothing", "[cli][submit]") {
+  CliFixture f;
+  f.write_experiment("bad.toml", "name = \"bad\"\n[train]\nbatch_size = \"many\"\n");
+  const CommandResult bad = f.xrun("submit bad.toml --slurm --results out");
+  CHECK(bad.status == 2);
+  CHECK_THAT(bad.output, Contains("bad.toml:3"));
+  f.write_experiment("tiny.toml", four_runs());
+  const CommandResult no_scheduler = f.xrun("submit tiny.toml --results out");
+  CHECK(no_scheduler.status == 2);
+  CHECK_THAT(no_scheduler.output, Contains("--slurm"));
+  const CommandResult past_end = f.xrun("submit tiny.toml --slurm --only 7 --results out");
+  CHECK(past_end.status == 2);
+  CHECK_THAT(past_end.output, Contains("plans runs 0..3"));
+  CHECK_FALSE(std::filesystem::exists(f.dir.file("out")));
+}
+
+TEST_CASE("xrun submit: runs complete in their task store are left out; the script trains a task",
+          "[cli][submit]") {
+  CliFixture f;
+  f.write_experiment("tiny.toml", four_runs());
+  std::filesystem::create_directories(f.dir.file("out"));
+  // Run 1 trained before, into its task store (as its array task would).
+  const CommandResult first = f.xrun("run tiny.toml --only 1 --db out/task-1.db");
+  INFO(first.output);
+  REQUIRE(first.status == 0);
+  const CommandResult dry = f.xrun("submit tiny.toml --slurm --dry-run --results out");
+  REQUIRE(dry.status == 0);
+  CHECK_THAT(dry.output, Contains("#SBATCH --array=0-2\n") && Contains("runs=(0 2 3)\n"));
+
+  // No sbatch here: the script and the frozen experiment are written, and
+  // the error says what is missing.
+  const CommandResult sub =
+      run_command("cd " + shell_quote(f.dir.str()) + " && env PATH=/nonexistent " +
+                  shell_quote(xrun_binary()) + " submit tiny.toml --slurm --results out --only 2,3");
+  INFO(sub.output);
+  CHECK(sub.status == 1);
+  CHECK_THAT(sub.output, Contains("sbatch"));
+  std::string script;
+  int frozen = 0;
+  for (const auto& e : std::filesystem::directory_iterator(f.dir.file("out"))) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("job-", 0) == 0) script = e.path().string();
+    if (name.rfind("experiment-", 0) == 0) ++frozen;
+  }
+  REQUIRE_FALSE(script.empty());
+  CHECK(frozen == 1);
+  // Slurm would run array task 1 of (2 3): run 3, into out/task-3.db.
+  const CommandResult task = run_command("SLURM_ARRAY_TASK_ID=1 bash " + shell_quote(script));
+  INFO(task.output);
+  REQUIRE(task.status == 0);
+  REQUIRE(std::filesystem::exists(f.dir.file("out/task-3.db")));
+  CHECK_FALSE(std::filesystem::exists(f.dir.file("out/task-2.db")));
+  const CommandResult runs = f.xrun("runs --db out/task-3.db --format csv");
+  CHECK_THAT(runs.output, Contains("complete"));
+}
+
+TEST_CASE("xrun collect: finished task stores merged, a running one reported and left out",
+          "[cli][submit]") {
+  CliFixture f;
+  f.write_experiment("tiny.toml", four_runs());
+  std::filesystem::create_directories(f.dir.file("out"));
+  for (int run : {0, 2}) {
+    const CommandResult r = f.xrun("run tiny.toml --only " + std::to_string(run) +
+                                   " --db out/task-" + std::to_string(run) + ".db");
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+  }
+  // Run 1's task is killed mid-run: its store holds a run still marked running.
+  const std::string slow = f.write_experiment(
+      "slow.toml", small_experiment("slow", "", "lr = 1e-3"));
+  const pid_t pid = spawn_xrun(f, slow);
+  REQUIRE(wait_for_steps(f, 2, pid));
+  kill(pid, SIGKILL);
+  wait_exit(pid);
+  for (const char* suffix : {"", "-wal", "-shm"})
+    if (std::filesystem::exists(f.db() + suffix))
+      std::filesystem::copy_file(f.db() + suffix, f.dir.file(std::string("out/task-1.db") + suffix));
+  // What a submission of runs 0 to 3 leaves beside the stores (xrun submit).
+  write_bytes(f.dir.file("out/jobs.tsv"), "4242\t/x/job.sh\t0,1,2,3\n");
+
+  const CommandResult c = f.xrun("collect out --into all.db");
+  INFO(c.output);
+  REQUIRE(c.status == 0);
+  CHECK_THAT(c.output, Contains("run 1: still running"));
+  CHECK_THAT(c.output, Contains("run 3: submitted, no store yet"));
+  CHECK_THAT(c.output, Contains("collected 2 task store(s)") && Contains("2 run(s) added") &&
+                           Contains("2 run(s) not finished"));
+  const CommandResult listed = f.xrun("runs --db all.db --format csv");
+  CHECK_THAT(listed.output, Contains("tiny"));
+  CHECK_FALSE(listed.output.find("slow") != std::string::npos);  // not half-merged
+  // Collecting again adds nothing.
+  const CommandResult again = f.xrun("collect out --into all.db");
+  CHECK_THAT(again.output, Contains("0 run(s) added, 2 already present"));
+  CHECK(f.xrun("collect nowhere --into all.db").status == 2);
+}
