@@ -1,5 +1,7 @@
-// tests/cli/submit_test.cpp: `xrun submit --slurm` without a cluster (the
-// tests through real Slurm daemons are still to come, issue #12): the batch
+// tests/cli/submit_test.cpp: `xrun submit --slurm` and `xrun collect`.
+// Through a real single-node Slurm cluster (tests/cli/slurm_cluster.h): a
+// sweep of four CPU runs submitted, trained as a job array, collected into
+// one store, and resubmitted (nothing left to do). Without one: the batch
 // script of a job array, one task per planned run, checked line by line;
 // a bad experiment file submits and writes nothing (exit 2); runs complete
 // in their task store are left out of the next submission; with no sbatch
@@ -11,6 +13,7 @@
 #include <filesystem>
 
 #include "cli_util.h"
+#include "slurm_cluster.h"
 
 using namespace xrun_test;
 using Catch::Matchers::Contains;
@@ -167,4 +170,33 @@ TEST_CASE("xrun collect: finished task stores merged, a running one reported and
   const CommandResult again = f.xrun("collect out --into all.db");
   CHECK_THAT(again.output, Contains("0 run(s) added, 2 already present"));
   CHECK(f.xrun("collect nowhere --into all.db").status == 2);
+}
+
+TEST_CASE("Slurm: four runs submitted as a job array, trained, collected; resubmitting does nothing",
+          "[cli][submit][slurm]") {
+  const std::string missing = SlurmCluster::missing();
+  INFO("not installed: " << missing << " (scripts/setup.sh installs slurm-wlm and munge)");
+  REQUIRE(missing.empty());
+  SlurmCluster cluster;
+  CliFixture f;
+  f.write_experiment("tiny.toml", four_runs());
+  const CommandResult sub = f.xrun("submit tiny.toml --slurm --results out --cpus-per-run 1");
+  INFO(sub.output);
+  REQUIRE(sub.status == 0);
+  CHECK_THAT(sub.output, Contains("submitted job ") && Contains("4 run(s) of tiny (0,1,2,3)"));
+  INFO("cluster logs: " << cluster.log_dir());
+  REQUIRE(cluster.wait_idle(300));
+  const CommandResult c = f.xrun("collect out --into all.db");
+  INFO(c.output);
+  REQUIRE(c.status == 0);
+  CHECK_THAT(c.output, Contains("collected 4 task store(s)") && Contains("4 run(s) added"));
+  CHECK_THAT(f.xrun("runs --db all.db --where status=complete --format csv").output,
+             Contains("tiny"));
+  const CommandResult count = run_command(
+      "sqlite3 " + shell_quote(f.dir.file("all.db")) +
+      " \"SELECT count(*), (SELECT count(*) FROM steps) FROM runs WHERE status = 'complete'\"");
+  CHECK(count.output == "4|8\n");  // 4 runs of 2 steps
+  const CommandResult again = f.xrun("submit tiny.toml --slurm --results out");
+  CHECK(again.status == 0);
+  CHECK_THAT(again.output, Contains("every selected run is complete"));
 }
