@@ -76,6 +76,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
 tar -C "$root" -xf "$tarball"
+# "/" as on any Debian machine: the tarball's "." carries mktemp's 0700,
+# which locks every user but root out of the whole root (package scripts
+# that run as their own user, munge's, then fail; apt cannot drop to _apt).
+chmod 755 "$root"
 # Apt and the network as a fresh machine of this kind has them: its apt
 # sources, resolver, local CA certificates (Debian's ca-certificates adds
 # them to the bundle when it is installed) and pip's configuration. Nothing
