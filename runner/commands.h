@@ -66,6 +66,13 @@ struct CollectArgs {
 };
 int collect_command(const CollectArgs& args);
 
+// `xrun jobs --results DIR` (runner/jobs_command.cpp): exit 1 when a task
+// failed, timed out or was cancelled.
+struct JobsArgs {
+  std::string results;
+};
+int jobs_command(const JobsArgs& args);
+
 struct RunsArgs {
   std::string db = "xrun.db";
   std::vector<std::string> where;  // "KEY=VALUE"

@@ -76,6 +76,9 @@ Plan load_plan_from_string(const std::string& toml_text, const std::string& disp
 // Maps a resolved config (RunSpec::config) to the engine's typed config.
 RunConfig to_run_config(const nlohmann::json& resolved);
 
+// A run's swept settings as KEY=VALUE words ("train.batch_size=32 train.precision=fp16").
+std::string swept_text(const RunSpec& run);
+
 // `xrun plan` output: a table for people, or a JSON object when json is true.
 std::string format_plan(const Plan& plan, bool json);
 

@@ -110,6 +110,11 @@ int main(int argc, char** argv) {
   collect_cmd->add_option("--into", collect.into, "The store to merge into")->required();
   collect_cmd->callback([&] { code = collect_command(collect); });
 
+  JobsArgs jobs;
+  auto* jobs_cmd = app.add_subcommand("jobs", "What each array task of the submitted jobs is doing (Slurm)");
+  jobs_cmd->add_option("--results", jobs.results, "Results folder of xrun submit")->required();
+  jobs_cmd->callback([&] { code = jobs_command(jobs); });
+
   RunsArgs runs;
   auto* runs_cmd = app.add_subcommand("runs", "List stored runs with their headline figures");
   runs_cmd->add_option("--db", runs.db, "Result store")->capture_default_str();

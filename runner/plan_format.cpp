@@ -85,4 +85,13 @@ std::string format_plan(const Plan& plan, bool json) { return json ? format_json
 
 std::string schema_markdown() { return schema::markdown(); }
 
+std::string swept_text(const RunSpec& r) {
+  std::string s;
+  for (const auto& [key, value] : r.swept) {
+    if (!s.empty()) s += ' ';
+    s += key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
+  }
+  return s;
+}
+
 }  // namespace xrun

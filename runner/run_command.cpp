@@ -76,15 +76,6 @@ PlanOptions plan_options(const std::vector<std::string>& sets) {
   return o;
 }
 
-std::string swept_text(const RunSpec& r) {
-  std::string s;
-  for (const auto& [key, value] : r.swept) {
-    if (!s.empty()) s += ' ';
-    s += key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
-  }
-  return s;
-}
-
 store::NewRun new_run(const Plan& plan, const RunSpec& spec, const RunConfig& cfg) {
   store::NewRun r;
   r.experiment = plan.name;

@@ -6,9 +6,6 @@
 // the job array's batch script beside it (runner/slurm.h) and submits it
 // with `sbatch --parsable`. --dry-run prints the script and writes and
 // submits nothing.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -19,10 +16,13 @@
 #include <iostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "runner/atomic_file.h"
 #include "runner/commands.h"
 #include "runner/experiment.h"
 #include "runner/slurm.h"
+#include "runner/subprocess.h"
 
 namespace xrun::cli {
 
@@ -41,36 +41,6 @@ void write_file(const std::string& path, const std::string& text) {
   AtomicFile f(path);
   f.stream() << text;
   f.commit();
-}
-
-// Runs `argv` (no shell), returning its exit status (127: not found) and
-// what it printed on stdout and stderr, together.
-int run_program(const std::vector<std::string>& argv, std::string& out) {
-  int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) return -1;
-  const pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    dup2(pipe_fds[1], STDOUT_FILENO);
-    dup2(pipe_fds[1], STDERR_FILENO);
-    close(pipe_fds[0]);
-    close(pipe_fds[1]);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    std::fprintf(stderr, "%s: %s\n", argv[0].c_str(), std::strerror(errno));
-    _exit(127);
-  }
-  close(pipe_fds[1]);
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(pipe_fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  close(pipe_fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 std::string utc_stamp() {
@@ -155,7 +125,7 @@ int submit_command(const SubmitArgs& args) {
     return kRunFailed;
   }
   std::string out;
-  const int rc = run_program({"sbatch", "--parsable", script_path}, out);
+  const int rc = run_program({"sbatch", "--parsable", script_path}, out, true);
   if (rc != 0) {
     std::cerr << "xrun submit: sbatch " << script_path << " failed (exit " << rc << "): " << out
               << (rc == 127 ? "(is Slurm's sbatch on the PATH?)\n" : "");
@@ -168,8 +138,11 @@ int submit_command(const SubmitArgs& args) {
     runs += std::to_string(r);
   }
   try {
+    // One line per submission: job, script, frozen experiment, --set values
+    // (JSON), runs in array order (last: what `collect` reads).
     std::ofstream(results / "jobs.tsv", std::ios::app)
-        << job_id << '\t' << script_path << '\t' << runs << '\n';
+        << job_id << '\t' << script_path << '\t' << job.experiment << '\t'
+        << nlohmann::json(job.sets).dump() << '\t' << runs << '\n';
   } catch (const std::exception&) {
   }
   std::cout << "submitted job " << job_id << ": " << job.runs.size() << " run(s) of " << plan.name

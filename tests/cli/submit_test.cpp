@@ -196,7 +196,50 @@ TEST_CASE("Slurm: four runs submitted as a job array, trained, collected; resubm
       "sqlite3 " + shell_quote(f.dir.file("all.db")) +
       " \"SELECT count(*), (SELECT count(*) FROM steps) FROM runs WHERE status = 'complete'\"");
   CHECK(count.output == "4|8\n");  // 4 runs of 2 steps
+  const CommandResult jobs = f.xrun("jobs --results out");
+  INFO(jobs.output);
+  CHECK(jobs.status == 0);
+  for (const char* task : {"task 0  run 0  COMPLETED", "task 3  run 3  COMPLETED"})
+    CHECK_THAT(jobs.output, Contains(task));
+  CHECK_THAT(jobs.output, Contains("train.optimizer.lr=0.01 train.seed=2"));  // run 3's settings
   const CommandResult again = f.xrun("submit tiny.toml --slurm --results out");
   CHECK(again.status == 0);
   CHECK_THAT(again.output, Contains("every selected run is complete"));
+}
+
+TEST_CASE("Slurm: a run that fails is reported with its reason; resubmitting sends only it",
+          "[cli][submit][slurm]") {
+  REQUIRE(SlurmCluster::missing().empty());
+  SlurmCluster cluster;
+  CliFixture f;
+  // Run 2 reads CIFAR-10 from a folder that is not there; the others are synthetic.
+  std::string toml = four_runs();
+  toml = toml.substr(0, toml.find("[sweep]")) +
+         "[sweep]\nmode = \"zip\"\ndata.source = [\"synthetic\", \"synthetic\", \"cifar10\", "
+         "\"synthetic\"]\ntrain.seed = [1, 2, 3, 4]\n";
+  f.write_experiment("mixed.toml", toml);
+  const std::string set = " --set 'data.path=\"/nonexistent/cifar\"'";
+  const CommandResult sub = f.xrun("submit mixed.toml --slurm --results out" + set);
+  INFO(sub.output);
+  REQUIRE(sub.status == 0);
+  INFO("cluster logs: " << cluster.log_dir());
+  REQUIRE(cluster.wait_idle(300));
+  const CommandResult jobs = f.xrun("jobs --results out");
+  INFO(jobs.output);
+  CHECK(jobs.status == 1);
+  CHECK_THAT(jobs.output, Contains("task 2  run 2  FAILED") && Contains("/nonexistent/cifar"));
+  CHECK_THAT(jobs.output, Contains("task 1  run 1  COMPLETED"));
+  const CommandResult c = f.xrun("collect out --into all.db");
+  INFO(c.output);
+  REQUIRE(c.status == 0);
+  const CommandResult count = run_command(
+      "sqlite3 " + shell_quote(f.dir.file("all.db")) +
+      " \"SELECT group_concat(status || ':' || sweep_index, ' ') FROM"
+      " (SELECT status, sweep_index FROM runs ORDER BY sweep_index)\"");
+  CHECK(count.output == "complete:0 complete:1 failed:2 complete:3\n");
+  const CommandResult again = f.xrun("submit mixed.toml --slurm --results out" + set);
+  INFO(again.output);
+  CHECK(again.status == 0);
+  CHECK_THAT(again.output, Contains("1 run(s) of tiny (2)"));
+  REQUIRE(cluster.wait_idle(300));
 }
