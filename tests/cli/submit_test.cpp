@@ -92,7 +92,7 @@ TEST_CASE("xrun submit: a bad file or a bad option submits and writes nothing", 
   CHECK_FALSE(std::filesystem::exists(f.dir.file("out")));
 }
 
-TEST_CASE("xrun submit: runs complete in their task store are left out; the script trains a task",
+TEST_CASE("xrun submit: runs complete in their task store are left out, the script trains a task",
           "[cli][submit]") {
   CliFixture f;
   f.write_experiment("tiny.toml", four_runs());
@@ -172,7 +172,7 @@ TEST_CASE("xrun collect: finished task stores merged, a running one reported and
   CHECK(f.xrun("collect nowhere --into all.db").status == 2);
 }
 
-TEST_CASE("Slurm: four runs submitted as a job array, trained, collected; resubmitting does nothing",
+TEST_CASE("Slurm: four runs submitted as a job array, trained, collected, resubmitting does nothing",
           "[cli][submit][slurm]") {
   const std::string missing = SlurmCluster::missing();
   INFO("not installed: " << missing << " (scripts/setup.sh installs slurm-wlm and munge)");
@@ -207,7 +207,7 @@ TEST_CASE("Slurm: four runs submitted as a job array, trained, collected; resubm
   CHECK_THAT(again.output, Contains("every selected run is complete"));
 }
 
-TEST_CASE("Slurm: a run that fails is reported with its reason; resubmitting sends only it",
+TEST_CASE("Slurm: a run that fails is reported with its reason, resubmitting sends only it",
           "[cli][submit][slurm]") {
   REQUIRE(SlurmCluster::missing().empty());
   SlurmCluster cluster;

@@ -51,7 +51,7 @@ TEST_CASE("memory plan: a plan that does not fit names the largest batch that do
   CHECK_THROWS_WITH(plan.check_fits({}, 64, 1 << 19, "in memory"), Catch::Contains("no batch fits"));
 }
 
-TEST_CASE("memory plan: bases after allocation; nothing placed after", "[memory_plan]") {
+TEST_CASE("memory plan: bases after allocation, nothing placed after", "[memory_plan]") {
   MemoryPlan plan(64);
   plan.place(TensorRole::gradient, 8);
   plan.add_mirror("momentum_buffer");
