@@ -68,7 +68,7 @@ mounts=()
 cleanup() {
   local i
   for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
-    umount "${mounts[i]}" 2>/dev/null || umount -l "${mounts[i]}" 2>/dev/null || true
+    umount -R "${mounts[i]}" 2>/dev/null || umount -l "${mounts[i]}" 2>/dev/null || true
   done
   if ((keep)); then say "root kept at $root"; else rm -rf --one-file-system "$root"; fi
 }
@@ -113,6 +113,11 @@ bind() {  # bind SRC DEST [ro]
 }
 mount -t proc proc "$root/proc"; mounts+=("$root/proc")
 mount -t sysfs sysfs "$root/sys"; mounts+=("$root/sys")
+# The cgroup hierarchy, as systemd mounts it on any Debian machine (slurmd
+# refuses to start without it: the Slurm tests' cluster needs it).
+if mountpoint -q /sys/fs/cgroup; then
+  mount --rbind /sys/fs/cgroup "$root/sys/fs/cgroup"; mounts+=("$root/sys/fs/cgroup")
+fi
 bind /dev /dev
 mount -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts" 2>/dev/null && mounts+=("$root/dev/pts") || true
 mount -t tmpfs tmpfs "$root/dev/shm"; mounts+=("$root/dev/shm")

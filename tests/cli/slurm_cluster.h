@@ -133,7 +133,12 @@ class SlurmCluster {
       if (ready()) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    throw std::runtime_error("the test cluster did not start: no " + what);
+    std::string logs;  // what the daemons said, for the failure message
+    for (const char* daemon : {"slurmd.out", "slurmctld.out", "munged.out"}) {
+      const CommandResult tail = run_command("tail -n 4 " + shell_quote(dir_.file("log/" + std::string(daemon))));
+      logs += std::string("\n") + daemon + ":\n" + tail.output;
+    }
+    throw std::runtime_error("the test cluster did not start: no " + what + logs);
   }
 
   ScratchDir dir_;
