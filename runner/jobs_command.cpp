@@ -120,8 +120,9 @@ int jobs_command(const JobsArgs& args) {
     if (f.size() < 5) continue;
     const std::string& job = f[0];
     std::vector<int> runs;
-    for (const std::string& r : split(f[4], ','))
-      if (!r.empty()) runs.push_back(std::stoi(r));
+    for (const std::string& r : split(f[4], ','))  // as `xrun submit` wrote them
+      if (!r.empty() && r.size() <= 9 && r.find_first_not_of("0123456789") == std::string::npos)
+        runs.push_back(std::stoi(r));
     Plan plan;
     try {
       PlanOptions o;

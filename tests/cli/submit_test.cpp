@@ -170,6 +170,13 @@ TEST_CASE("xrun collect: finished task stores merged, a running one reported and
   const CommandResult again = f.xrun("collect out --into all.db");
   CHECK_THAT(again.output, Contains("0 run(s) added, 2 already present"));
   CHECK(f.xrun("collect nowhere --into all.db").status == 2);
+  // A hand-edited jobs.tsv is read as far as it makes sense, never a crash.
+  write_bytes(f.dir.file("out/jobs.tsv"), "4242\t/x/job.sh\t/x/e.toml\t[]\t0,x,99999999999\n"
+                                          "short line\n");
+  const CommandResult odd = f.xrun("jobs --results out");
+  CHECK((odd.status == 0 || odd.status == 1));
+  CHECK_THAT(odd.output, Contains("job 4242 (1 task(s)"));
+  CHECK(f.xrun("jobs --results nowhere").status == 2);
 }
 
 TEST_CASE("Slurm: four runs submitted as a job array, trained, collected, resubmitting does nothing",
