@@ -66,23 +66,15 @@ class SlurmCluster {
                     std::to_string(std::thread::hardware_concurrency()) + " State=UNKNOWN\n"
                 "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n");
     setenv("SLURM_CONF", dir_.file("slurm.conf").c_str(), 1);
-    spawn({"/usr/sbin/munged", "-F", "--force", "--socket=" + d + "/munge.sock",
-           "--key-file=" + d + "/munge.key", "--log-file=" + d + "/log/munged.log",
-           "--pid-file=" + d + "/munged.pid", "--seed-file=" + d + "/munged.seed"});
-    wait_for([&] { return std::filesystem::exists(d + "/munge.sock"); }, "munged's socket");
-    spawn({"/usr/sbin/slurmctld", "-D", "-i", "-f", dir_.file("slurm.conf")});
-    spawn({"/usr/sbin/slurmd", "-D", "-N", "xrunnode", "-f", dir_.file("slurm.conf")});
-    wait_for([&] {
-      const CommandResult r = run_command("sinfo -h -o %T 2>/dev/null");
-      return r.status == 0 && r.output.find("idle") != std::string::npos;
-    }, "an idle node (" + d + "/log)");
+    try {
+      start();
+    } catch (...) {
+      stop();  // no destructor runs for a cluster that failed to start
+      throw;
+    }
   }
 
-  ~SlurmCluster() {
-    for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) kill(*it, SIGTERM);
-    for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
-    unsetenv("SLURM_CONF");
-  }
+  ~SlurmCluster() { stop(); }
   SlurmCluster(const SlurmCluster&) = delete;
   SlurmCluster& operator=(const SlurmCluster&) = delete;
 
@@ -99,6 +91,26 @@ class SlurmCluster {
   std::string log_dir() const { return dir_.file("log"); }
 
  private:
+  void start() {
+    const std::string d = dir_.str();
+    spawn({"/usr/sbin/munged", "-F", "--force", "--socket=" + d + "/munge.sock",
+           "--key-file=" + d + "/munge.key", "--log-file=" + d + "/log/munged.log",
+           "--pid-file=" + d + "/munged.pid", "--seed-file=" + d + "/munged.seed"});
+    wait_for([&] { return std::filesystem::exists(d + "/munge.sock"); }, "munged's socket");
+    spawn({"/usr/sbin/slurmctld", "-D", "-i", "-f", dir_.file("slurm.conf")});
+    spawn({"/usr/sbin/slurmd", "-D", "-N", "xrunnode", "-f", dir_.file("slurm.conf")});
+    wait_for([&] {
+      const CommandResult r = run_command("sinfo -h -o %T 2>/dev/null");
+      return r.status == 0 && r.output.find("idle") != std::string::npos;
+    }, "an idle node (" + d + "/log)");
+  }
+  // The daemons, last started first.
+  void stop() {
+    for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) kill(*it, SIGTERM);
+    for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
+    pids_.clear();
+    unsetenv("SLURM_CONF");
+  }
   static int free_port() {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
