@@ -27,6 +27,12 @@ struct RunArgs {
   std::vector<std::string> sets;
   bool force = false;
   std::string nsys;  // --nsys [OUT]: run under Nsight Systems, report OUT ("" = not asked)
+  int parallel = 0;               // --parallel N: up to N runs at once (0 or 1: one at a time)
+  std::vector<std::string> gpus;  // --gpus 0,1: one run per GPU (CUDA_VISIBLE_DEVICES)
+  // Hidden options that --parallel gives each child it starts:
+  std::string expect_config;    // the run's config hash as the parent planned it
+  std::string sweep_position;   // "P/N": where the run stands in the parent's list
+  int cpu_threads_per_run = 0;  // PlanOptions::cpu_threads_per_run
 };
 int run_command(const RunArgs& args);
 

@@ -42,6 +42,9 @@ struct PlanOptions {
   std::vector<std::string> sets;  // "KEY=VALUE", applied in order before the sweep expands
   bool gpu_available = false;     // train.device = "auto" resolves to "cuda:0" when true, else "cpu"
   std::string hostname;           // store.label = "" resolves to this
+  // xrun run --parallel: train.threads = 0 (all cores) on a CPU run resolves
+  // to this share of the cores (0: left as 0).
+  int cpu_threads_per_run = 0;
   // Optional extra check per run: returns "" when `device` can run `resolved`,
   // else a reason ("no CUDA device 1 on this machine"). Called once per run.
   std::function<std::string(const nlohmann::json& resolved, const std::string& device)> device_check;

@@ -59,9 +59,27 @@ int main(int argc, char** argv) {
                       "into report OUT")
       ->expected(0, 1)
       ->default_str("xrun-report");
+  run_cmd->add_option("--parallel", run.parallel,
+                      "Train up to N runs at once into the store, the CPU cores split between "
+                      "them (CPU runs with train.threads = 0 get cores/N threads each)")
+      ->check(CLI::PositiveNumber);
+  run_cmd->add_option("--gpus", run.gpus,
+                      "Give each run its own GPU (CUDA_VISIBLE_DEVICES), one run per GPU at once, "
+                      "e.g. --gpus 0,1,2,3")
+      ->delimiter(',');
+  run_cmd->add_option("--expect-config", run.expect_config)->group("");
+  run_cmd->add_option("--sweep-position", run.sweep_position)->group("");
+  run_cmd->add_option("--cpu-threads-per-run", run.cpu_threads_per_run)->group("");
   run_cmd->callback([&] {
     if (const std::string problem = parse_only(run.only_text, run.only); !problem.empty()) {
       std::cerr << "xrun: " << problem << "\n";
+      code = kUsage;
+      return;
+    }
+    const bool parallel = run.parallel > 1 || !run.gpus.empty();
+    if (run_cmd->count("--nsys") > 0 && parallel) {
+      std::cerr << "xrun: --nsys records one process; run the sweep without --parallel/--gpus "
+                   "under Nsight Systems\n";
       code = kUsage;
       return;
     }

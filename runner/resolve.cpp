@@ -126,6 +126,8 @@ class Resolver {
     if (device == "auto") device = ctx_.options->gpu_available ? "cuda:0" : "cpu";
     if (device == "cuda") device = "cuda:0";
     put("train.device", device);
+    if (device == "cpu" && get("train.threads") == 0 && ctx_.options->cpu_threads_per_run > 0)
+      put("train.threads", ctx_.options->cpu_threads_per_run);
     if (get("store.label") == "") put("store.label", ctx_.options->hostname);
   }
 

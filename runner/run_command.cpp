@@ -10,6 +10,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include "engine/checkpoint/checkpoint.h"
@@ -21,6 +24,7 @@
 #include "profiler/run_observers.h"
 #include "runner/commands.h"
 #include "runner/experiment.h"
+#include "runner/parallel_runs.h"
 #include "runner/progress.h"
 #include "store/store.h"
 
@@ -171,6 +175,19 @@ struct Outcome {
   std::string line;  // for the final table
 };
 
+// The final table's line for a complete run.
+std::string complete_line(double throughput, double step_ms_median, double test_accuracy) {
+  char line[256];
+  std::snprintf(line, sizeof line, "complete: %.1f img/s (median step %.1f ms)", throughput,
+                step_ms_median);
+  std::string text = line;
+  if (!std::isnan(test_accuracy)) {
+    std::snprintf(line, sizeof line, ", test accuracy %.2f%%", 100.0 * test_accuracy);
+    text += line;
+  }
+  return text;
+}
+
 // Trains one planned run and stores everything about it.
 Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int position, int count,
                 ProgressDisplay& display) {
@@ -223,14 +240,9 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     db.write_trace(uuid, result.trace);
     db.finish_run(uuid, store::RunStatus::complete, result.summary);
     batch.commit();
-    char line[256];
-    std::snprintf(line, sizeof line, "complete: %.1f img/s (median step %.1f ms)%s",
-                  result.summary.throughput, result.summary.step_ms_median,
-                  std::isnan(result.summary.test_accuracy)
-                      ? ""
-                      : (", test accuracy " +
-                         std::to_string(100.0 * result.summary.test_accuracy).substr(0, 5) + "%")
-                            .c_str());
+    const std::string line = complete_line(result.summary.throughput,
+                                           result.summary.step_ms_median,
+                                           result.summary.test_accuracy);
     display.end_run(line);
     return {store::RunStatus::complete, line};
   } catch (const TrainInterrupted& e) {
@@ -306,9 +318,191 @@ int plan_command(const PlanArgs& args) {
   }
 }
 
+namespace {
+
+using Outcomes = std::vector<std::pair<const RunSpec*, Outcome>>;
+
+// The table `run` ends with: one line per selected run.
+void print_outcomes(const Plan& plan, const Outcomes& outcomes, const std::string& db_path) {
+  std::printf("\n%s: %zu of %zu run(s) in %s\n", plan.name.c_str(), outcomes.size(),
+              plan.runs.size(), db_path.c_str());
+  for (const auto& [spec, o] : outcomes)
+    std::printf("  #%-3d %s  %-11s %s\n", spec->index, short_hash(spec->config_hash).c_str(),
+                store::to_string(o.status), o.line.c_str());
+}
+
+// Opens the store for training: damaged files refused, stale runs marked.
+// Returns nullptr after printing why when the store cannot be used.
+std::unique_ptr<store::Store> open_for_training(const std::string& db_path,
+                                                ProgressDisplay& display) {
+  auto db = std::make_unique<store::Store>(db_path);
+  if (const std::string problems = db->quick_check(); !problems.empty()) {
+    std::cerr << "xrun: store: " << db_path << " is damaged (" << problems
+              << "); nothing trained. Keep a copy, then recover what SQLite can with "
+              << "`sqlite3 " << db_path << " .recover | sqlite3 recovered.db`\n";
+    return nullptr;
+  }
+  if (int stale = db->mark_stale_runs_interrupted())
+    display.message(std::to_string(stale) + " run(s) left running by an ended xrun process " +
+                    "marked interrupted");
+  return db;
+}
+
+// The skip rule of `run`: a run complete in the store is not trained again
+// unless --force. Returns the outcome of a skipped run.
+std::optional<Outcome> already_complete(const store::Store& db, const RunSpec& spec, bool force,
+                                        ProgressDisplay& display) {
+  if (force) return std::nullopt;
+  auto done = db.find_complete(spec.config_hash);
+  if (!done) return std::nullopt;
+  display.message("run #" + std::to_string(spec.index) + " [" + short_hash(spec.config_hash) +
+                  "] already complete (" + *done + "), skipping; --force runs it again");
+  return Outcome{store::RunStatus::complete, "already complete, skipped"};
+}
+
+// `run --parallel N` / `--gpus`: each selected run not yet complete is
+// trained by a child `xrun run --only I` into the same store, up to one per
+// slot at once (runner/parallel_runs.h). The final table is read back from
+// the store.
+int run_parallel(const RunArgs& args, const Plan& plan, const std::vector<const RunSpec*>& selected,
+                 const std::string& db_path, const SlotPlan& slots) {
+  const auto device_of = [](const RunSpec* s) {
+    return s->config.at("train").at("device").get<std::string>();
+  };
+  if (!args.gpus.empty()) {
+    for (const RunSpec* spec : selected)
+      if (const std::string d = device_of(spec); d.rfind("cuda:", 0) == 0 && d != "cuda:0") {
+        std::cerr << "xrun: --gpus gives each run one GPU, which it sees as cuda:0; run #"
+                  << spec->index << " asks for " << d << ": set train.device = \"cuda\"\n";
+        return kUsage;
+      }
+  }
+  ProgressDisplay display(stderr);
+  for (const std::string& notice : plan.notices) display.message(notice);
+  for (const std::string& note : slots.notes) display.message(note);
+  if (args.gpus.empty() && slots.slots.size() > 1 &&
+      std::any_of(selected.begin(), selected.end(),
+                  [&](const RunSpec* s) { return device_of(s) != "cpu"; }))
+    display.message("GPU runs started side by side share their GPU; --gpus 0,1,... gives each "
+                    "its own");
+
+  std::string exe;
+  {
+    std::error_code ec;
+    exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (ec) {
+      std::cerr << "xrun: --parallel: cannot find this program's path (/proc/self/exe: "
+                << ec.message() << ")\n";
+      return kRunFailed;
+    }
+  }
+
+  Outcomes outcomes;
+  std::vector<ChildRun> children;
+  std::map<int, int64_t> last_id_before;  // run index -> newest stored id of its config
+  std::unique_ptr<store::Store> db;
+  try {
+    db = open_for_training(db_path, display);
+    if (!db) return kRunFailed;
+    for (const RunSpec* spec : selected)
+      if (auto skipped = already_complete(*db, *spec, args.force, display)) {
+        outcomes.push_back({spec, *skipped});
+      } else {
+        const auto earlier = db->list_runs({{"config_hash", spec->config_hash}});
+        last_id_before[spec->index] = earlier.empty() ? 0 : earlier.back().id;
+        outcomes.push_back({spec, {store::RunStatus::running, ""}});
+      }
+  } catch (const store::StoreError& e) {
+    std::cerr << "xrun: store: " << e.what() << "\n";
+    return kRunFailed;
+  }
+  const int to_train = static_cast<int>(last_id_before.size());
+  int position = 0;
+  for (const auto& [spec, o] : outcomes) {
+    if (!last_id_before.count(spec->index)) continue;
+    ChildRun c;
+    c.index = spec->index;
+    c.argv = {exe, "run", plan.file, "--db", db_path, "--only", std::to_string(spec->index),
+              "--expect-config", spec->config_hash, "--sweep-position",
+              std::to_string(++position) + "/" + std::to_string(to_train),
+              "--cpu-threads-per-run", std::to_string(slots.cpu_threads)};
+    for (const std::string& set : args.sets) c.argv.insert(c.argv.end(), {"--set", set});
+    if (args.force) c.argv.push_back("--force");
+    c.pin = device_of(spec) == "cpu" &&
+            spec->config.at("train").at("threads").get<int>() == slots.cpu_threads;
+    children.push_back(std::move(c));
+  }
+  if (!children.empty()) {
+    std::string how = std::to_string(children.size()) + " run(s), up to " +
+                      std::to_string(std::min(children.size(), slots.slots.size())) + " at once";
+    if (!args.gpus.empty()) {
+      how += ", one per GPU:";
+      for (const Slot& s : slots.slots) how += " " + s.gpu;
+    } else if (!slots.slots.front().cpus.empty()) {
+      how += "; a CPU run with train.threads = 0 trains with " + std::to_string(slots.cpu_threads) +
+             " thread(s) on cores of its own:";
+      for (const Slot& s : slots.slots) how += " " + cpu_list_text(s.cpus);
+    }
+    display.message(how);
+  }
+  const ChildrenOutcome done = run_children(children, slots.slots, stderr);
+
+  // What each child left in the store.
+  bool failed = false, interrupted = done.stop_signal != 0;
+  try {
+    for (const ChildEnd& end : done.ends) {
+      auto it = std::find_if(outcomes.begin(), outcomes.end(),
+                             [&](const auto& o) { return o.first->index == end.index; });
+      Outcome& o = it->second;
+      const auto rows = db->list_runs({{"config_hash", it->first->config_hash}});
+      if (!end.started) {
+        o = {store::RunStatus::interrupted, "not started: stopped before its turn"};
+      } else if (rows.empty() || rows.back().id <= last_id_before[end.index]) {
+        o = {store::RunStatus::failed,
+             end.exit_code == 127
+                 ? std::string("could not start ") + exe
+                 : "ended (exit code " + std::to_string(end.exit_code) +
+                       ") before storing the run; its output is above"};
+      } else {
+        const store::RunInfo& r = rows.back();
+        o.status = store::run_status_from_string(r.status);
+        if (o.status == store::RunStatus::complete)
+          o.line = complete_line(r.throughput, r.step_ms_median, r.test_accuracy);
+        else if (o.status == store::RunStatus::running)
+          o.line = "stopped at once (exit code " + std::to_string(end.exit_code) +
+                   "); the next `xrun run` marks it interrupted";
+        else
+          o.line = r.error;
+      }
+      failed = failed || o.status == store::RunStatus::failed;
+      interrupted = interrupted || o.status == store::RunStatus::interrupted ||
+                    o.status == store::RunStatus::running;
+    }
+  } catch (const store::StoreError& e) {
+    std::cerr << "xrun: store: " << e.what() << "\n";
+    return kRunFailed;
+  }
+  print_outcomes(plan, outcomes, db_path);
+  if (done.stop_signal != 0) return 128 + done.stop_signal;
+  if (interrupted) return kInterrupted;
+  return failed ? kRunFailed : kOk;
+}
+
+}  // namespace
+
 int run_command(const RunArgs& args) {
+  const bool parallel = args.parallel > 1 || !args.gpus.empty();
+  SlotPlan slots;
+  if (parallel) {
+    if (const std::string problem = plan_slots(args.parallel, args.gpus, usable_cpus(), slots);
+        !problem.empty()) {
+      std::cerr << "xrun: " << problem << "\n";
+      return kUsage;
+    }
+  }
   Plan plan;
   PlanOptions options = plan_options(args.sets);
+  options.cpu_threads_per_run = parallel ? slots.cpu_threads : args.cpu_threads_per_run;
   options.device_check = [](const nlohmann::json&, const std::string& device) {
     return device_problem(device);
   };
@@ -333,6 +527,15 @@ int run_command(const RunArgs& args) {
       if (seen.insert(i).second) selected.push_back(&plan.runs[i]);
     }
   }
+  // A child of --parallel trains what its parent planned, or nothing.
+  const bool child = !args.expect_config.empty();
+  if (child && (selected.size() != 1 || selected[0]->config_hash != args.expect_config)) {
+    std::cerr << "xrun: " << plan.file << " changed after `xrun run --parallel` planned it: run #"
+              << (selected.empty() ? -1 : selected[0]->index) << " is now ["
+              << (selected.empty() ? "" : short_hash(selected[0]->config_hash)) << "], it was ["
+              << short_hash(args.expect_config) << "]; not trained\n";
+    return kUsage;
+  }
   const std::string db_path =
       !args.db.empty() ? args.db : plan.runs.front().config.at("store").at("path").get<std::string>();
 
@@ -345,36 +548,28 @@ int run_command(const RunArgs& args) {
     std::cerr << "xrun: " << problem << "\n";
     return kUsage;
   }
+  if (parallel) return run_parallel(args, plan, selected, db_path, slots);
+
+  // Where the runs stand in the list the user sees ("run 3/8"): a child of
+  // --parallel is told its place in its parent's list.
+  int position = 0, count = static_cast<int>(selected.size());
+  if (child) std::sscanf(args.sweep_position.c_str(), "%d/%d", &position, &count);
 
   ProgressDisplay display(stderr);
   for (const std::string& notice : plan.notices) display.message(notice);
-  std::vector<std::pair<const RunSpec*, Outcome>> outcomes;
+  Outcomes outcomes;
   bool failed = false, interrupted = false;
   try {
-    store::Store db(db_path);
-    if (const std::string problems = db.quick_check(); !problems.empty()) {
-      std::cerr << "xrun: store: " << db_path << " is damaged (" << problems
-                << "); nothing trained. Keep a copy, then recover what SQLite can with "
-                << "`sqlite3 " << db_path << " .recover | sqlite3 recovered.db`\n";
-      return kRunFailed;
-    }
-    if (int stale = db.mark_stale_runs_interrupted())
-      display.message(std::to_string(stale) + " run(s) left running by an ended xrun process " +
-                      "marked interrupted");
+    const auto db = open_for_training(db_path, display);
+    if (!db) return kRunFailed;
     InterruptGuard guard;
-    int position = 0;
     for (const RunSpec* spec : selected) {
-      ++position;
-      if (!args.force) {
-        if (auto done = db.find_complete(spec->config_hash)) {
-          display.message("run #" + std::to_string(spec->index) + " [" +
-                          short_hash(spec->config_hash) + "] already complete (" + *done +
-                          "), skipping; --force runs it again");
-          outcomes.push_back({spec, {store::RunStatus::complete, "already complete, skipped"}});
-          continue;
-        }
+      const int at = child ? position : ++position;
+      if (auto skipped = already_complete(*db, *spec, args.force, display)) {
+        outcomes.push_back({spec, *skipped});
+        continue;
       }
-      Outcome o = run_one(db, plan, *spec, position, static_cast<int>(selected.size()), display);
+      Outcome o = run_one(*db, plan, *spec, at, count, display);
       failed = failed || o.status == store::RunStatus::failed;
       outcomes.push_back({spec, o});
       if (o.status == store::RunStatus::interrupted) {
@@ -387,11 +582,7 @@ int run_command(const RunArgs& args) {
     return kRunFailed;
   }
 
-  std::printf("\n%s: %zu of %d run(s) in %s\n", plan.name.c_str(), outcomes.size(), n,
-              db_path.c_str());
-  for (const auto& [spec, o] : outcomes)
-    std::printf("  #%-3d %s  %-11s %s\n", spec->index, short_hash(spec->config_hash).c_str(),
-                store::to_string(o.status), o.line.c_str());
+  if (!child) print_outcomes(plan, outcomes, db_path);  // the parent prints the table
   if (interrupted) return interrupted_exit_code();
   return failed ? kRunFailed : kOk;
 }

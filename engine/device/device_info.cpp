@@ -4,10 +4,13 @@
 #include "engine/device/device_info.h"
 
 #include <dlfcn.h>
+#include <sched.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -170,6 +173,36 @@ CpuInfo query_cpu() {
   return cpu;
 }
 
+std::vector<int> usable_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  if (cpus.empty())
+    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()); ++c)
+      cpus.push_back(static_cast<int>(c));
+  return cpus;
+}
+
+std::string cpu_list_text(const std::vector<int>& cpus) {
+  std::string text;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!text.empty()) text += ',';
+    text += std::to_string(cpus[i]);
+    if (j > i) {
+      text += '-';
+      text += std::to_string(cpus[j]);
+    }
+    i = j + 1;
+  }
+  return text;
+}
+
 std::string hostname() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
@@ -218,6 +251,8 @@ Environment collect_environment(const std::string& device) {
   f["cpu"] = cpu.model;
   f["cpu_cores"] = std::to_string(cpu.logical_cores);
   f["cpu_physical_cores"] = std::to_string(cpu.physical_cores);
+  f["cpu_affinity"] = cpu_list_text(usable_cpus());
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) f["cuda_visible_devices"] = visible;
   f["onednn"] = cpu.onednn_version;
   f["onednn_isa"] = cpu.onednn_isa;
   f["xrun_version"] = XRUN_VERSION;

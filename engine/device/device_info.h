@@ -73,6 +73,11 @@ struct CpuInfo {
 };
 
 CpuInfo query_cpu();
+// The CPUs this process may run on (sched_getaffinity), ascending; all of
+// hardware_concurrency's when the call fails.
+std::vector<int> usable_cpus();
+// {0, 1, 2, 3, 8} -> "0-3,8", as taskset and /proc/self/status write it.
+std::string cpu_list_text(const std::vector<int>& cpus);
 std::string hostname();
 // uname: "Linux 6.1.0-18-amd64 x86_64".
 std::string os_description();
@@ -90,7 +95,8 @@ std::string format_cublas_version(int version);
 std::string nvml_driver_release();
 
 // The environment record stored with a run on `device` ("cpu", "cuda",
-// "cuda:N"). Keys: host, cpu, cpu_cores, cpu_physical_cores, onednn,
+// "cuda:N"). Keys: host, cpu, cpu_cores, cpu_physical_cores, cpu_affinity
+// (the CPUs the run may use, "0-3"), cuda_visible_devices (when set), onednn,
 // onednn_isa, xrun_version, git_commit, os, distro, device, device_name; and
 // for CUDA devices cuda_runtime, cudnn, cublas, cupti, driver (the NVML
 // release, else the CUDA version the driver supports), driver_cuda, and when

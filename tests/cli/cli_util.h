@@ -85,12 +85,15 @@ inline std::string run_args(const CliFixture& f, const std::string& file) {
 }
 
 // Starts `xrun run FILE --db STORE [extra...]` in the background, its output
-// to `log` in the scratch dir; returns its pid.
+// to `log` in the scratch dir; returns its pid. `own_group`: in a process
+// group of its own, as a shell starts a foreground job (kill(-pid, SIGINT)
+// is then a terminal's Ctrl-C).
 inline pid_t spawn_xrun(const CliFixture& f, const std::string& file,
                         const std::vector<std::string>& extra = {},
-                        const std::string& log = "xrun.log") {
+                        const std::string& log = "xrun.log", bool own_group = false) {
   const pid_t pid = fork();
   if (pid == 0) {
+    if (own_group) setpgid(0, 0);
     const std::string log_path = f.dir.file(log);
     if (!freopen(log_path.c_str(), "w", stdout) || !freopen(log_path.c_str(), "a", stderr)) _exit(99);
     const std::string bin = xrun_binary(), db = f.db();
@@ -100,6 +103,7 @@ inline pid_t spawn_xrun(const CliFixture& f, const std::string& file,
     execv(bin.c_str(), const_cast<char* const*>(argv.data()));
     _exit(98);
   }
+  if (own_group) setpgid(pid, pid);  // here too, so the group exists before any kill
   return pid;
 }
 
