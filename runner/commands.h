@@ -48,6 +48,9 @@ std::string parse_only(const std::vector<std::string>& words, std::vector<int>& 
 int run_under_nsys(const RunArgs& args);
 
 // `xrun submit FILE --slurm ...` (runner/submit_command.cpp, runner/slurm.h).
+// Without --results, the results go to kDefaultResultsRoot/NAME, where
+// `xrun jobs` without --results looks.
+inline constexpr const char* kDefaultResultsRoot = "xrun-results";
 struct SubmitArgs {
   std::string file;
   bool slurm = false;

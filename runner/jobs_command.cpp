@@ -1,9 +1,10 @@
-// runner/jobs_command.cpp: `xrun jobs --results DIR`: what each array task
+// runner/jobs_command.cpp: `xrun jobs [--results DIR]`: what each array task
 // of the jobs `xrun submit` made there is doing, from Slurm itself: squeue
 // for tasks pending or running (with the reason a task waits), then sacct
 // for the finished ones, or `scontrol show job` where the cluster keeps no
 // accounting; with each task's run index and swept settings (from the
 // frozen experiment), and the last lines of the log of a task that failed.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -103,16 +104,11 @@ std::string last_lines(const fs::path& file, int n) {
   return out;
 }
 
-}  // namespace
-
-int jobs_command(const JobsArgs& args) {
-  const fs::path dir(args.results);
+// The jobs submitted to one results folder, task by task; returns how many
+// tasks failed, or -1 when the folder holds no jobs.tsv.
+int list_jobs(const fs::path& dir) {
   std::ifstream in(dir / "jobs.tsv");
-  if (!in) {
-    std::cerr << "xrun jobs: no jobs submitted to " << args.results
-              << " (no jobs.tsv: the --results of xrun submit)\n";
-    return kUsage;
-  }
+  if (!in) return -1;
   std::string line;
   int failed = 0;
   while (std::getline(in, line)) {
@@ -150,6 +146,37 @@ int jobs_command(const JobsArgs& args) {
         std::cout << last_lines(dir / "logs" / (job + "_" + std::to_string(i) + ".out"), 5);
       }
     }
+  }
+  return failed;
+}
+
+}  // namespace
+
+int jobs_command(const JobsArgs& args) {
+  if (!args.results.empty()) {
+    const int failed = list_jobs(args.results);
+    if (failed < 0) {
+      std::cerr << "xrun jobs: no jobs submitted to " << args.results
+                << " (no jobs.tsv: the --results of xrun submit)\n";
+      return kUsage;
+    }
+    return failed ? kRunFailed : kOk;
+  }
+  // Without --results: every folder `xrun submit` made here by default.
+  std::vector<fs::path> dirs;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(kDefaultResultsRoot, ec))
+    if (fs::exists(entry.path() / "jobs.tsv", ec)) dirs.push_back(entry.path());
+  std::sort(dirs.begin(), dirs.end());
+  if (dirs.empty()) {
+    std::cerr << "xrun jobs: no jobs submitted from this folder (no " << kDefaultResultsRoot
+              << "/*/jobs.tsv); give the --results DIR of xrun submit\n";
+    return kUsage;
+  }
+  int failed = 0;
+  for (const fs::path& dir : dirs) {
+    std::cout << dir.string() << ":\n";
+    failed += list_jobs(dir);
   }
   return failed ? kRunFailed : kOk;
 }

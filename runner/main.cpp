@@ -130,7 +130,8 @@ int main(int argc, char** argv) {
 
   JobsArgs jobs;
   auto* jobs_cmd = app.add_subcommand("jobs", "What each array task of the submitted jobs is doing (Slurm)");
-  jobs_cmd->add_option("--results", jobs.results, "Results folder of xrun submit")->required();
+  jobs_cmd->add_option("--results", jobs.results,
+                       "Results folder of xrun submit (default: every folder under xrun-results)");
   jobs_cmd->callback([&] { code = jobs_command(jobs); });
 
   RunsArgs runs;

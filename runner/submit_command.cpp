@@ -78,7 +78,9 @@ int submit_command(const SubmitArgs& args) {
     }
   std::error_code ec;
   const fs::path results =
-      fs::absolute(args.results.empty() ? "xrun-results/" + plan.name : args.results, ec);
+      fs::absolute(args.results.empty() ? fs::path(kDefaultResultsRoot) / plan.name
+                                         : fs::path(args.results),
+                     ec);
   if (fs::exists(results, ec) && !fs::is_directory(results, ec)) {
     std::cerr << "xrun submit: --results " << results.string() << " is a file; give a folder\n";
     return kUsage;

@@ -57,7 +57,7 @@ class SlurmCluster {
                 "StateSaveLocation=" + d + "/state\nSlurmdSpoolDir=" + d + "/spool\n"
                 "SlurmctldPidFile=" + d + "/slurmctld.pid\nSlurmdPidFile=" + d + "/slurmd.pid\n"
                 "SlurmctldLogFile=" + d + "/log/slurmctld.log\nSlurmdLogFile=" + d + "/log/slurmd.log\n"
-                "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nMpiDefault=none\n"
+                "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/affinity\nMpiDefault=none\n"
                 "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\nReturnToService=2\n"
                 "JobCompType=jobcomp/filetxt\nJobCompLoc=" + d + "/jobcomp.txt\n"
                 "AccountingStorageType=accounting_storage/none\nJobAcctGatherType=jobacct_gather/none\n"

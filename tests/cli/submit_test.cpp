@@ -7,10 +7,13 @@
 // in their task store are left out of the next submission; with no sbatch
 // on the PATH the script and the frozen experiment are written and the
 // error says so; and the written script, run by bash as Slurm would run
-// array task 1, trains that task's run into its own store.
+// array task 1, trains that task's run into its own store. And the README's
+// cluster example, eight runs from submit to compare, run as written there.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <iostream>
+#include <sstream>
 
 #include "cli_util.h"
 #include "slurm_cluster.h"
@@ -177,6 +180,10 @@ TEST_CASE("xrun collect: finished task stores merged, a running one reported and
   CHECK((odd.status == 0 || odd.status == 1));
   CHECK_THAT(odd.output, Contains("job 4242 (1 task(s)"));
   CHECK(f.xrun("jobs --results nowhere").status == 2);
+  // Without --results: the folders under xrun-results, and here there are none.
+  const CommandResult none = f.xrun("jobs");
+  CHECK(none.status == 2);
+  CHECK_THAT(none.output, Contains("no xrun-results/*/jobs.tsv"));
 }
 
 TEST_CASE("Slurm: four runs submitted as a job array, trained, collected, resubmitting does nothing",
@@ -249,4 +256,80 @@ TEST_CASE("Slurm: a run that fails is reported with its reason, resubmitting sen
   CHECK(again.status == 0);
   CHECK_THAT(again.output, Contains("1 run(s) of tiny (2)"));
   REQUIRE(cluster.wait_idle(300));
+}
+
+namespace {
+
+size_t occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(needle, at)) != std::string::npos; at += needle.size()) ++n;
+  return n;
+}
+
+// The commands of the README's cluster example: the `xrun ...` lines of the
+// first fenced block after the <!-- cluster-example --> marker, comments
+// stripped.
+std::vector<std::string> readme_cluster_example() {
+  const std::string readme = read_bytes(source_path("README.md"));
+  const size_t marker = readme.find("<!-- cluster-example -->");
+  REQUIRE(marker != std::string::npos);
+  const size_t open = readme.find("```sh\n", marker);
+  const size_t close = readme.find("```", open + 6);
+  REQUIRE((open != std::string::npos && close != std::string::npos));
+  std::vector<std::string> commands;
+  std::istringstream lines(readme.substr(open + 6, close - open - 6));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("xrun ", 0) != 0) continue;
+    line = line.substr(5, line.find("  #") == std::string::npos ? std::string::npos
+                                                                : line.find("  #") - 5);
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    commands.push_back(line);
+  }
+  return commands;
+}
+
+}  // namespace
+
+TEST_CASE("Slurm: the README's cluster example, eight runs from submit to compare",
+          "[cli][submit][slurm]") {
+  REQUIRE(SlurmCluster::missing().empty());
+  const std::vector<std::string> commands = readme_cluster_example();
+  REQUIRE(commands.size() == 4);
+  REQUIRE(commands[0].rfind("submit ", 0) == 0);
+  REQUIRE(commands[1].rfind("jobs", 0) == 0);
+  REQUIRE(commands[2].rfind("collect ", 0) == 0);
+  REQUIRE(commands[3].rfind("compare ", 0) == 0);
+  SlurmCluster cluster;
+  CliFixture f;
+  std::filesystem::create_directories(f.dir.file("experiments"));
+  std::filesystem::copy_file(source_path("experiments/cluster-sweep.toml"),
+                             f.dir.file("experiments/cluster-sweep.toml"));
+  INFO("cluster logs: " << cluster.log_dir());
+
+  const CommandResult sub = f.xrun(commands[0]);
+  INFO(sub.output);
+  REQUIRE(sub.status == 0);
+  CHECK_THAT(sub.output, Contains("8 run(s) of cluster-sweep"));
+  REQUIRE(cluster.wait_idle(600));
+  const CommandResult jobs = f.xrun(commands[1]);
+  INFO(jobs.output);
+  CHECK(jobs.status == 0);
+  CHECK_THAT(jobs.output, Contains("xrun-results/cluster-sweep:"));
+  CHECK(occurrences(jobs.output, "COMPLETED") == 8);
+
+  const CommandResult collect = f.xrun(commands[2]);
+  INFO(collect.output);
+  REQUIRE(collect.status == 0);
+  CHECK_THAT(collect.output, Contains("8 run(s) added"));
+  CHECK(run_command("sqlite3 " + shell_quote(f.dir.file("all.db")) +
+                    " \"SELECT count(*) FROM runs WHERE status = 'complete'\"")
+            .output == "8\n");
+
+  const CommandResult compare = f.xrun(commands[3]);
+  INFO(compare.output);
+  CHECK(compare.status == 0);
+  CHECK_THAT(compare.output, Contains("by data.workers, baseline 0"));
+  // One group per batch size, each with its baseline and a ratio.
+  CHECK(occurrences(compare.output, "1.000  baseline") == 4);
+  std::cout << compare.output;  // the README shows it
 }
