@@ -186,6 +186,38 @@ TEST_CASE("xrun collect: finished task stores merged, a running one reported and
   CHECK_THAT(none.output, Contains("no xrun-results/*/jobs.tsv"));
 }
 
+TEST_CASE("xrun jobs reads finished tasks from sacct where the cluster keeps accounting",
+          "[cli][submit]") {
+  // The test cluster keeps no accounting (slurmdbd needs a MariaDB server),
+  // so here sacct is a stand-in printing what `sacct -n -P -X -o
+  // JobID,State,ExitCode` prints for an array job, and squeue knows no task.
+  CliFixture f;
+  f.write_experiment("tiny.toml", four_runs());
+  std::filesystem::create_directories(f.dir.file("bin"));
+  std::filesystem::create_directories(f.dir.file("out/logs"));
+  write_bytes(f.dir.file("bin/squeue"), "#!/bin/sh\nexit 0\n");
+  write_bytes(f.dir.file("bin/sacct"),
+              "#!/bin/sh\necho \"$*\" > \"$(dirname \"$0\")/sacct.args\"\n"
+              "printf '4242_0|COMPLETED|0:0\\n4242_1|FAILED|1:0\\n4242_2|CANCELLED by 0|0:15\\n'\n");
+  std::filesystem::permissions(f.dir.file("bin/squeue"), std::filesystem::perms::owner_all);
+  std::filesystem::permissions(f.dir.file("bin/sacct"), std::filesystem::perms::owner_all);
+  write_bytes(f.dir.file("out/jobs.tsv"), "4242\t/x/job.sh\t" + f.dir.file("tiny.toml") +
+                                              "\t[]\t0,1,2,3\n");
+  write_bytes(f.dir.file("out/logs/4242_1.out"), "training...\nxrun: run #1 failed: out of memory\n");
+  const CommandResult r = run_command("cd " + shell_quote(f.dir.str()) + " && PATH=" +
+                                      shell_quote(f.dir.file("bin")) + ":$PATH " +
+                                      shell_quote(xrun_binary()) + " jobs --results out");
+  INFO(r.output);
+  CHECK(r.status == 1);  // a task failed
+  CHECK_THAT(r.output, Contains("job 4242 (4 task(s), states from squeue and sacct)"));
+  CHECK_THAT(r.output, Contains("task 0  run 0  COMPLETED (exit 0:0)  train.optimizer.lr=0.001 train.seed=1"));
+  CHECK_THAT(r.output, Contains("task 1  run 1  FAILED (exit 1:0)"));
+  CHECK_THAT(r.output, Contains("| xrun: run #1 failed: out of memory"));
+  CHECK_THAT(r.output, Contains("task 2  run 2  CANCELLED (exit 0:15)"));
+  CHECK_THAT(r.output, Contains("task 3  run 3  UNKNOWN (not in squeue or sacct)"));
+  CHECK(read_bytes(f.dir.file("bin/sacct.args")) == "-n -P -X -j 4242 -o JobID,State,ExitCode\n");
+}
+
 TEST_CASE("Slurm: four runs submitted as a job array, trained, collected, resubmitting does nothing",
           "[cli][submit][slurm]") {
   const std::string missing = SlurmCluster::missing();
