@@ -28,7 +28,7 @@ TEST_CASE("every experiments/*.toml loads on a GPU machine", "[config][files]") 
       CHECK((rc.train.epochs > 0) != (rc.train.steps > 0));
     }
   }
-  CHECK(files == 5);
+  CHECK(files == 6);
 }
 
 TEST_CASE("quickstart: Fashion-MNIST, auto device, 600 steps", "[config][files]") {
