@@ -7,6 +7,8 @@
 //   eval, checkpoint: at epoch ends, outside the steps.
 #pragma once
 
+#include <string_view>
+
 namespace xrun {
 
 enum class Phase {
@@ -31,5 +33,10 @@ inline const char* phase_name(Phase p) {
 
 // Phases that happen inside a training step (eval and checkpoint do not).
 inline bool is_step_phase(Phase p) { return p != Phase::eval && p != Phase::checkpoint; }
+
+// The same by the name the store keeps ("eval" and "checkpoint" are not).
+inline bool is_step_phase_name(std::string_view name) {
+  return name != phase_name(Phase::eval) && name != phase_name(Phase::checkpoint);
+}
 
 }  // namespace xrun

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/phase.h"
 #include "runner/commands.h"
 #include "runner/output.h"
 #include "store/store.h"
@@ -192,24 +193,37 @@ int show_command(const ShowArgs& args) {
       for (const auto& [algo, n] : by_algo) o << "  " << n << " x " << algo << "\n";
     }
     if (!d.phases.empty()) {
+      // Percentages are of the measured steps' time; eval and checkpoint
+      // happen between epochs, over the whole run, and are listed apart.
       double total = 0;
-      bool gpu = false;
+      bool gpu = false, outside = false;
       for (const auto& p : d.phases) {
-        total += p.host_ms;
+        if (is_step_phase_name(p.phase)) total += p.host_ms;
+        else outside = true;
         gpu = gpu || p.gpu_ms > 0;
       }
-      o << "\nphases (host time over the measured steps; eval and checkpoint over the run"
-        << (gpu ? "; GPU time per traced step" : "") << ")\n";
-      for (const auto& p : d.phases) {
+      auto phase_line = [&](const PhaseRecord& p, bool share) {
         char line[200];
-        std::snprintf(line, sizeof line, "  %-11s %8lld calls %11.1f ms %6.1f%%", p.phase.c_str(),
-                      static_cast<long long>(p.calls), p.host_ms,
-                      total > 0 ? 100.0 * p.host_ms / total : 0.0);
+        std::snprintf(line, sizeof line, "  %-11s %8lld calls %11.1f ms", p.phase.c_str(),
+                      static_cast<long long>(p.calls), p.host_ms);
         o << line;
+        if (share) {
+          std::snprintf(line, sizeof line, " %6.1f%%", total > 0 ? 100.0 * p.host_ms / total : 0.0);
+          o << line;
+        }
         if (gpu && d.summary.cupti_steps > 0)
           o << "   GPU " << fixed(p.gpu_ms / static_cast<double>(d.summary.cupti_steps), 3)
             << " ms/step";
         o << "\n";
+      };
+      o << "\nphases (host time over the measured steps, % of their sum"
+        << (gpu ? "; GPU time per traced step" : "") << ")\n";
+      for (const auto& p : d.phases)
+        if (is_step_phase_name(p.phase)) phase_line(p, true);
+      if (outside) {
+        o << "outside the steps (host time over the whole run)\n";
+        for (const auto& p : d.phases)
+          if (!is_step_phase_name(p.phase)) phase_line(p, false);
       }
     }
     if (d.summary.cupti_steps > 0) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "core/phase.h"
 #include "runner/report/report_sections.h"
 #include "runner/report/svg_chart.h"
 
@@ -296,7 +297,7 @@ size_t key_index(const std::vector<std::string>& keys, const std::string& key) {
 }
 
 // Phases of a training step (eval and checkpoint happen between epochs).
-bool in_step(const PhaseRecord& p) { return p.phase != "eval" && p.phase != "checkpoint"; }
+bool in_step(const PhaseRecord& p) { return is_step_phase_name(p.phase); }
 
 // One bar of a run's phase times per step: host (gpu = false) time over the
 // measured steps, or device time over the CUPTI-traced steps.

@@ -8,6 +8,8 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -62,6 +64,26 @@ TEST_CASE("xrun run trains a learnable experiment: complete, loss falls, accurac
   CHECK(show.status == 0);
   CHECK_THAT(show.output, Contains(uuid) && Contains("throughput") && Contains("forward") &&
                               Contains("model.arch = \"resnet18\""));
+  // The phase table: the step phases' shares add up to 100% of the measured
+  // steps; eval, over the whole run, is listed apart with no share.
+  const std::string& text = show.output;
+  const size_t phases_at = text.find("\nphases (host time over the measured steps, % of their sum");
+  const size_t outside_at = text.find("\noutside the steps (host time over the whole run)\n");
+  REQUIRE(phases_at != std::string::npos);
+  REQUIRE(outside_at != std::string::npos);
+  REQUIRE(outside_at > phases_at);
+  double shares = 0;
+  std::istringstream step_lines(text.substr(phases_at + 1, outside_at - phases_at));
+  for (std::string line; std::getline(step_lines, line);)
+    if (!line.empty() && line.back() == '%')
+      shares += std::stod(line.substr(line.find_last_of(' ', line.size() - 2) + 1));
+  CHECK(std::abs(shares - 100.0) < 0.5);
+  std::istringstream after(text.substr(outside_at + 1));
+  std::string heading, eval_line;
+  std::getline(after, heading);
+  std::getline(after, eval_line);
+  CHECK_THAT(eval_line, Contains("eval") && Contains("3 calls"));
+  CHECK(eval_line.find('%') == std::string::npos);
 
   // A second `run` skips it; --force runs it again.
   auto again = f.xrun(run_args(f, file));
