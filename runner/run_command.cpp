@@ -190,10 +190,11 @@ std::string complete_line(double throughput, double step_ms_median, double test_
 
 // Trains one planned run and stores everything about it.
 Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int position, int count,
-                ProgressDisplay& display) {
+                bool force, ProgressDisplay& display) {
   const RunConfig cfg = to_run_config(spec.config);
   display.begin_run(position, count, spec.index, short_hash(spec.config_hash), swept_text(spec));
-  const store::NewRun row = new_run(plan, spec, cfg);
+  store::NewRun row = new_run(plan, spec, cfg);
+  row.force = force;
   std::string uuid;
   try {
     uuid = db.begin_run(row);
@@ -201,6 +202,10 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     const std::string line = std::string(e.what()) + " on this host, skipped";
     display.end_run(line);
     return {store::RunStatus::running, line};
+  } catch (const store::RunAlreadyComplete& e) {  // another process finished it just now
+    const std::string line = std::string(e.what()) + ", skipped";
+    display.end_run(line);
+    return {store::RunStatus::complete, line};
   }
   // Convolution algorithm choices are shared by runs on the same card,
   // driver and cuDNN version (cudnn_benchmark = "cached").
@@ -569,7 +574,7 @@ int run_command(const RunArgs& args) {
         outcomes.push_back({spec, *skipped});
         continue;
       }
-      Outcome o = run_one(*db, plan, *spec, at, count, display);
+      Outcome o = run_one(*db, plan, *spec, at, count, args.force, display);
       failed = failed || o.status == store::RunStatus::failed;
       outcomes.push_back({spec, o});
       if (o.status == store::RunStatus::interrupted) {

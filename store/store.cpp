@@ -271,6 +271,12 @@ std::string Store::begin_run(const NewRun& run) {
       throw RunInProgress(pid, live.text(1));
   }
   live.reset();
+  if (!run.force) {
+    Statement done(db_, path_,
+                   "SELECT uuid FROM runs WHERE config_hash = ?1 AND status = 'complete' LIMIT 1");
+    done.bind(1, run.config_hash);
+    if (done.step()) throw RunAlreadyComplete(done.text(0));
+  }
 
   Statement exp_insert(db_, path_,
                        "INSERT INTO experiments (name, file, description, first_seen)"

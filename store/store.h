@@ -43,6 +43,15 @@ class RunInProgress : public std::runtime_error {
   std::string uuid;
 };
 
+// begin_run (without NewRun::force) found the config already complete: a
+// process that finished it between the caller's check and the write lock.
+class RunAlreadyComplete : public std::runtime_error {
+ public:
+  explicit RunAlreadyComplete(const std::string& uuid)
+      : std::runtime_error("already complete (" + uuid + ")"), uuid(uuid) {}
+  std::string uuid;
+};
+
 enum class RunStatus { planned, running, complete, failed, interrupted };
 const char* to_string(RunStatus s);
 RunStatus run_status_from_string(const std::string& s);  // throws StoreError
@@ -62,6 +71,7 @@ struct NewRun {
   // ("train.batch_size" -> "512", "train.precision" -> "\"fp16\"").
   std::map<std::string, std::string> params;
   Environment environment;
+  bool force = false;  // train it again even when a complete run of config_hash exists
 };
 
 // One row of `xrun runs` / the run_summary view.
@@ -136,8 +146,10 @@ class Store {
   // Runs. begin_run inserts the experiment if new and a run row with status
   // running, the current host and pid, and returns its new UUID. Throws
   // RunInProgress, writing nothing, when another live process on this host
-  // has a `running` row of the same config hash (checked under the write
-  // lock, so two processes given one sweep never train one config twice).
+  // has a `running` row of the same config hash, and (unless run.force)
+  // RunAlreadyComplete when a complete one exists: both checked under the
+  // write lock, so two processes given one sweep never train one config
+  // twice, even when one finishes it just as the other reaches it.
   std::string begin_run(const NewRun& run);
   void set_environment(const std::string& uuid, const Environment& env);
   void write_steps(const std::string& uuid, std::span<const StepRecord> steps);

@@ -161,6 +161,32 @@ TEST_CASE("begin_run refuses a config that a live process on this host is traini
   CHECK(sql_int(path, "SELECT count(*) FROM runs") == 3);
 }
 
+TEST_CASE("begin_run refuses a config already complete unless forced", "[store][claim]") {
+  // The runner checks for a complete run before it begins one; another
+  // process may finish that config in between. The check under the write
+  // lock closes that gap (two processes on one sweep once trained a config
+  // twice this way).
+  TempDir dir;
+  const std::string path = dir.file("c.db");
+  Store db(path);
+  xrun::store::NewRun run = make_run("fp32", 64);
+  run.force = false;
+  const std::string first = db.begin_run(run);
+  CHECK_NOTHROW(db.begin_run(make_run("fp32", 64)));  // running, but by this process
+  db.finish_run(first, RunStatus::complete, RunSummary{});
+  try {
+    db.begin_run(run);
+    FAIL("no RunAlreadyComplete");
+  } catch (const RunAlreadyComplete& e) {
+    CHECK(e.uuid == first);
+    CHECK_THAT(e.what(), Contains("already complete (" + first + ")"));
+  }
+  CHECK(sql_int(path, "SELECT count(*) FROM runs") == 2);  // nothing written
+  run.force = true;  // `xrun run --force`
+  CHECK_NOTHROW(db.begin_run(run));
+  CHECK(sql_int(path, "SELECT count(*) FROM runs") == 3);
+}
+
 TEST_CASE("quick_check is empty for a sound store and names the damage of a corrupt one", "[store][integrity]") {
   TempDir dir;
   const std::string path = dir.file("q.db");

@@ -33,6 +33,7 @@ inline xrun::store::NewRun make_run(const std::string& precision = "fp16", int b
   r.experiment_hash = "exp-classic";
   r.label = label;
   r.device = "cuda:0";
+  r.force = true;  // tests store repeats of one config, as `xrun run --force` does
   r.params = {{"train.precision", "\"" + precision + "\""},
               {"train.batch_size", std::to_string(batch)},
               {"train.cudnn_benchmark", "true"},
