@@ -4,6 +4,7 @@
 // value against the schema, applies --set, expands the sweep (grid: first axis
 // slowest; zip: element-wise) and resolves each run.
 #include <algorithm>
+#include <set>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -358,6 +359,26 @@ Plan load_plan_from_string(const std::string& toml_text, const std::string& disp
          "TOML syntax error: " + std::string(e.description()));
   }
   return Loader(display_name, options).load(root);
+}
+
+std::string select_runs(const Plan& plan, const std::vector<int>& only,
+                        std::vector<const RunSpec*>& selected) {
+  selected.clear();
+  const int n = static_cast<int>(plan.runs.size());
+  if (only.empty()) {
+    for (const RunSpec& r : plan.runs) selected.push_back(&r);
+    return "";
+  }
+  std::set<int> seen;
+  for (int i : only) {
+    if (i < 0 || i >= n) {
+      selected.clear();
+      return "--only " + std::to_string(i) + ": " + plan.file + " plans runs 0.." +
+             std::to_string(n - 1);
+    }
+    if (seen.insert(i).second) selected.push_back(&plan.runs[static_cast<size_t>(i)]);
+  }
+  return "";
 }
 
 Plan load_plan(const std::string& path, const PlanOptions& options) {

@@ -76,6 +76,12 @@ Plan load_plan(const std::string& path, const PlanOptions& options);
 Plan load_plan_from_string(const std::string& toml_text, const std::string& display_name,
                            const PlanOptions& options);
 
+// The runs `only` names (`--only`), in that order, each once; every run when
+// `only` is empty. Returns "" or what is wrong ("--only 7: FILE plans runs
+// 0..5"), and then `selected` is left empty.
+std::string select_runs(const Plan& plan, const std::vector<int>& only,
+                        std::vector<const RunSpec*>& selected);
+
 // Maps a resolved config (RunSpec::config) to the engine's typed config.
 RunConfig to_run_config(const nlohmann::json& resolved);
 

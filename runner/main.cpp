@@ -76,8 +76,7 @@ int main(int argc, char** argv) {
       code = kUsage;
       return;
     }
-    const bool parallel = run.parallel > 1 || !run.gpus.empty();
-    if (run_cmd->count("--nsys") > 0 && parallel) {
+    if (run_cmd->count("--nsys") > 0 && run.in_parallel()) {
       std::cerr << "xrun: --nsys records one process; run the sweep without --parallel/--gpus "
                    "under Nsight Systems\n";
       code = kUsage;

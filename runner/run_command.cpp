@@ -13,7 +13,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
@@ -496,7 +495,7 @@ int run_parallel(const RunArgs& args, const Plan& plan, const std::vector<const 
 }  // namespace
 
 int run_command(const RunArgs& args) {
-  const bool parallel = args.parallel > 1 || !args.gpus.empty();
+  const bool parallel = args.in_parallel();
   SlotPlan slots;
   if (parallel) {
     if (const std::string problem = plan_slots(args.parallel, args.gpus, usable_cpus(), slots);
@@ -517,20 +516,10 @@ int run_command(const RunArgs& args) {
     std::cerr << "xrun: " << e.what() << "\n";
     return kUsage;
   }
-  const int n = static_cast<int>(plan.runs.size());
   std::vector<const RunSpec*> selected;
-  if (args.only.empty()) {
-    for (const RunSpec& r : plan.runs) selected.push_back(&r);
-  } else {
-    std::set<int> seen;
-    for (int i : args.only) {
-      if (i < 0 || i >= n) {
-        std::cerr << "xrun: --only " << i << ": " << plan.file << " plans runs 0.." << n - 1
-                  << "\n";
-        return kUsage;
-      }
-      if (seen.insert(i).second) selected.push_back(&plan.runs[i]);
-    }
+  if (const std::string problem = select_runs(plan, args.only, selected); !problem.empty()) {
+    std::cerr << "xrun: " << problem << "\n";
+    return kUsage;
   }
   // A child of --parallel trains what its parent planned, or nothing.
   const bool child = !args.expect_config.empty();

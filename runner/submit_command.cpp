@@ -70,12 +70,11 @@ int submit_command(const SubmitArgs& args) {
     std::cerr << "xrun: " << e.what() << "\n";
     return kUsage;
   }
-  const int n = static_cast<int>(plan.runs.size());
-  for (int i : args.only)
-    if (i < 0 || i >= n) {
-      std::cerr << "xrun: --only " << i << ": " << plan.file << " plans runs 0.." << n - 1 << "\n";
-      return kUsage;
-    }
+  std::vector<const RunSpec*> selected;  // runs_left reads --only again, with the stores
+  if (const std::string problem = select_runs(plan, args.only, selected); !problem.empty()) {
+    std::cerr << "xrun: " << problem << "\n";
+    return kUsage;
+  }
   std::error_code ec;
   const fs::path results =
       fs::absolute(args.results.empty() ? fs::path(kDefaultResultsRoot) / plan.name

@@ -271,12 +271,8 @@ std::string Store::begin_run(const NewRun& run) {
       throw RunInProgress(pid, live.text(1));
   }
   live.reset();
-  if (!run.force) {
-    Statement done(db_, path_,
-                   "SELECT uuid FROM runs WHERE config_hash = ?1 AND status = 'complete' LIMIT 1");
-    done.bind(1, run.config_hash);
-    if (done.step()) throw RunAlreadyComplete(done.text(0));
-  }
+  if (!run.force)
+    if (auto done = find_complete(run.config_hash)) throw RunAlreadyComplete(*done);
 
   Statement exp_insert(db_, path_,
                        "INSERT INTO experiments (name, file, description, first_seen)"
@@ -504,22 +500,28 @@ void Store::finish_run(const std::string& uuid, RunStatus status, const RunSumma
   tx.commit();
 }
 
-std::optional<std::string> Store::find_complete(const std::string& config_hash) const {
-  Statement st(db_, path_,
-               "SELECT uuid FROM runs WHERE config_hash = ?1 AND status = 'complete'"
-               " ORDER BY id DESC LIMIT 1");
-  st.bind(1, config_hash);
+namespace {
+
+// The UUID of the newest complete run whose `column` (config_hash or
+// experiment_hash) is `value`.
+std::optional<std::string> newest_complete(sqlite3* db, const std::string& path,
+                                           const std::string& column, const std::string& value) {
+  Statement st(db, path,
+               "SELECT uuid FROM runs WHERE " + column +
+                   " = ?1 AND status = 'complete' ORDER BY id DESC LIMIT 1");
+  st.bind(1, value);
   if (!st.step()) return std::nullopt;
   return st.text(0);
 }
 
+}  // namespace
+
+std::optional<std::string> Store::find_complete(const std::string& config_hash) const {
+  return newest_complete(db_, path_, "config_hash", config_hash);
+}
+
 std::optional<std::string> Store::find_complete_experiment(const std::string& experiment_hash) const {
-  Statement st(db_, path_,
-               "SELECT uuid FROM runs WHERE experiment_hash = ?1 AND status = 'complete'"
-               " ORDER BY id DESC LIMIT 1");
-  st.bind(1, experiment_hash);
-  if (!st.step()) return std::nullopt;
-  return st.text(0);
+  return newest_complete(db_, path_, "experiment_hash", experiment_hash);
 }
 
 std::string Store::quick_check() const {
