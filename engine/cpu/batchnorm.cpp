@@ -1,8 +1,24 @@
-// engine/cpu/batchnorm.cpp: batch norm on oneDNN with ReLU fused
-// (fuse_norm_relu, its mask kept in a workspace) or followed by the residual
-// add + ReLU (a binary add, then a ReLU, both in place). oneDNN keeps no
-// running statistics: they are updated here PyTorch's way (momentum 0.1,
-// unbiased variance), from the batch statistics the forward pass returns.
+// engine/cpu/batchnorm.cpp: batch norm, training and inference, with its
+// activation fused in (none, ReLU, or residual add + ReLU): one pass over the
+// data for the statistics and one to write y; one pass for the gradient sums
+// and one to write dx. xrun's own loops rather than oneDNN's: oneDNN 2.6 sums
+// each channel sequentially in fp32, which made dgamma and dbeta 4-35x noisier
+// than a careful fp32 (bench/README.md, issue #13). Here:
+//   - per-channel sums are taken in double, one partial sum per (image,
+//     channel) added in image order afterwards, so the result does not depend
+//     on the thread count;
+//   - the variance comes from one pass of sums shifted by a sample of the
+//     channel (in double, no cancellation to speak of);
+//   - the mean is kept as a float pair hi + lo, so x - mean is exact when the
+//     mean dwarfs the spread, and in double for the gradient sums.
+// The loops run over any layout whose channels sit in blocks of contiguous
+// lanes with a dense H x W inside: nChw16c / nChw8c (what convolutions hand
+// over), nhwc (one block of C lanes) and nchw (C blocks of one lane). Padded
+// lanes of a blocked layout get y = 0 and dx = 0. Running statistics are
+// updated PyTorch's way (momentum 0.1, unbiased variance).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "engine/cpu/cpu_backend.h"
@@ -12,39 +28,315 @@ namespace xrun::cpu {
 namespace {
 
 using namespace dnnl;
-constexpr float kEps = static_cast<float>(kBatchNormEps);
-constexpr float kMomentum = static_cast<float>(kBatchNormMomentum);
+
+// Where element (image i, channel block b, position p, lane l) lives:
+// i * stride_n + b * stride_block + p * lanes + l; channel = b * lanes + l.
+struct Geometry {
+  int64_t n = 0, c = 0, hw = 0;
+  int64_t lanes = 1, blocks = 0;
+  int64_t stride_n = 0, stride_block = 0;
+  int64_t padded_c() const { return blocks * lanes; }
+  int64_t offset(int64_t i, int64_t b) const { return i * stride_n + b * stride_block; }
+};
+
+Geometry geometry_of(const memory::desc& md, const std::string& name) {
+  const dnnl_memory_desc_t& d = md.data;
+  const auto& bk = d.format_desc.blocking;
+  if (d.ndims != 4 || d.format_kind != dnnl_blocked || d.offset0 != 0)
+    throw std::logic_error(name + ": batch norm needs a dense 4-d activation");
+  Geometry g;
+  g.n = d.dims[0], g.c = d.dims[1], g.hw = d.dims[2] * d.dims[3];
+  if (bk.inner_nblks == 1 && bk.inner_idxs[0] == 1)
+    g.lanes = bk.inner_blks[0];  // nChw16c, nChw8c
+  else if (bk.inner_nblks == 0 && bk.strides[1] == 1)
+    g.lanes = g.c;  // nhwc
+  else if (bk.inner_nblks == 0)
+    g.lanes = 1;  // nchw
+  else
+    throw std::logic_error(name + ": batch norm on an unsupported blocked layout");
+  const int64_t h = d.dims[2], w = d.dims[3];
+  if ((w > 1 && bk.strides[3] != g.lanes) || (h > 1 && bk.strides[2] != w * g.lanes))
+    throw std::logic_error(name + ": batch norm needs H x W dense inside each channel block");
+  g.blocks = (g.c + g.lanes - 1) / g.lanes;
+  g.stride_n = bk.strides[0];
+  g.stride_block = bk.strides[1];  // per outer block of the channel dim
+  return g;
+}
+
+// ---- block kernels: one block of lanes, every image and position -------
+// The loops work on groups of W = 16 or 8 lanes as GCC vectors (16 floats
+// fill one AVX-512 register), or lane by lane (W = 1) when the lane count is
+// not a multiple of 8. Each kernel is compiled per ISA
+// (XRUN_VECTOR_CLONES). Sums run in a fixed order (image, then position),
+// in double.
+
+#define XRUN_ALWAYS_INLINE [[gnu::always_inline]] inline
+
+template <int W>
+struct Lanes;
+template <>
+struct Lanes<16> {
+  typedef float F __attribute__((vector_size(64)));
+  typedef double D __attribute__((vector_size(128)));
+  XRUN_ALWAYS_INLINE static D wide(F v) { return __builtin_convertvector(v, D); }
+};
+template <>
+struct Lanes<8> {
+  typedef float F __attribute__((vector_size(32)));
+  typedef double D __attribute__((vector_size(64)));
+  XRUN_ALWAYS_INLINE static D wide(F v) { return __builtin_convertvector(v, D); }
+};
+template <>
+struct Lanes<1> {
+  using F = float;
+  using D = double;
+  XRUN_ALWAYS_INLINE static D wide(F v) { return v; }
+};
+
+template <class V, class E>
+XRUN_ALWAYS_INLINE V load(const E* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V, class E>
+XRUN_ALWAYS_INLINE void store(E* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// Runs K<W, NC>::run(first_lane, args...) over a row of `lanes` lanes, in
+// NC groups of W lanes per call.
+template <template <int, int> class K, class... Args>
+XRUN_ALWAYS_INLINE void by_lane_groups(int64_t lanes, Args... args) {
+  if (lanes == 16) return K<16, 1>::run(0, args...);
+  if (lanes == 8) return K<8, 1>::run(0, args...);
+  if (lanes % 16 == 0) {
+    for (int64_t l = 0; l < lanes; l += 16) K<16, 1>::run(l, args...);
+    return;
+  }
+  if (lanes % 8 == 0) {
+    for (int64_t l = 0; l < lanes; l += 8) K<8, 1>::run(l, args...);
+    return;
+  }
+  for (int64_t l = 0; l < lanes; ++l) K<1, 1>::run(l, args...);
+}
+
+// Positions summed in float before the sum moves to double: short enough
+// that the float rounding stays at one or two units in the last place.
+constexpr int64_t kRun = 16;
+
+// A block's elements: image i's rows start at i * stride_n; hw rows of
+// `lanes` floats.
+struct Span {
+  int64_t n, stride_n, hw, lanes;
+  int64_t row(int64_t i, int64_t p) const { return i * stride_n + p * lanes; }
+};
+
+// Per-lane sums of (x - shift) and (x - shift)^2: in float over runs of up
+// to kRun positions, then in double.
+template <int W, int NC>
+struct StatsKernel {
+  XRUN_ALWAYS_INLINE static void run(int64_t l, Span s, const float* x, const float* shift,
+                                     double* s1, double* s2) {
+    using V = Lanes<W>;
+    using F = typename V::F;
+    typename V::D a1[NC] = {}, a2[NC] = {};
+    F sh[NC];
+    for (int c = 0; c < NC; ++c) sh[c] = load<F>(shift + l + c * W);
+    for (int64_t i = 0; i < s.n; ++i)
+      for (int64_t p0 = 0; p0 < s.hw; p0 += kRun) {
+        F f1[NC] = {}, f2[NC] = {};
+        for (int64_t p = p0; p < std::min(p0 + kRun, s.hw); ++p) {
+          const float* xr = x + s.row(i, p) + l;
+          for (int c = 0; c < NC; ++c) {
+            const F d = load<F>(xr + c * W) - sh[c];
+            f1[c] += d;
+            f2[c] += d * d;
+          }
+        }
+        for (int c = 0; c < NC; ++c) a1[c] += V::wide(f1[c]), a2[c] += V::wide(f2[c]);
+      }
+    for (int c = 0; c < NC; ++c) store(s1 + l + c * W, a1[c]), store(s2 + l + c * W, a2[c]);
+  }
+};
+
+XRUN_VECTOR_CLONES
+void stats_block(Span s, const float* x, const float* shift, double* s1, double* s2) {
+  by_lane_groups<StatsKernel>(s.lanes, s, x, shift, s1, s2);
+}
+
+// Per-channel float coefficients of the normalisation: y = ((x - hi) - lo) *
+// scale + beta (then the activation).
+struct ApplyCoef {
+  const float *hi, *lo, *scale, *beta;
+  ApplyCoef at(int64_t l) const { return {hi + l, lo + l, scale + l, beta + l}; }
+};
+
+template <int W, int NC>
+struct ApplyKernel {
+  template <BnActivation A>
+  XRUN_ALWAYS_INLINE static void body(int64_t l, Span s, const float* x, const float* r,
+                                      float* y, ApplyCoef k) {
+    using F = typename Lanes<W>::F;
+    F hi[NC], lo[NC], scale[NC], beta[NC];
+    for (int c = 0; c < NC; ++c) {
+      const int64_t o = l + c * W;
+      hi[c] = load<F>(k.hi + o), lo[c] = load<F>(k.lo + o);
+      scale[c] = load<F>(k.scale + o), beta[c] = load<F>(k.beta + o);
+    }
+    for (int64_t i = 0; i < s.n; ++i)
+      for (int64_t p = 0; p < s.hw; ++p)
+        for (int c = 0; c < NC; ++c) {
+          const int64_t o = s.row(i, p) + l + c * W;
+          F v = ((load<F>(x + o) - hi[c]) - lo[c]) * scale[c] + beta[c];
+          if constexpr (A == BnActivation::add_relu) v += load<F>(r + o);
+          if constexpr (A != BnActivation::none) v = v < F{} ? F{} : v;
+          store(y + o, v);
+        }
+  }
+  XRUN_ALWAYS_INLINE static void run(int64_t l, BnActivation act, Span s, const float* x,
+                                     const float* r, float* y, ApplyCoef k) {
+    switch (act) {
+      case BnActivation::none: return body<BnActivation::none>(l, s, x, r, y, k);
+      case BnActivation::relu: return body<BnActivation::relu>(l, s, x, r, y, k);
+      case BnActivation::add_relu: return body<BnActivation::add_relu>(l, s, x, r, y, k);
+    }
+  }
+};
+
+XRUN_VECTOR_CLONES
+void apply_block(BnActivation act, Span s, const float* x, const float* r, float* y,
+                 ApplyCoef k) {
+  by_lane_groups<ApplyKernel>(s.lanes, act, s, x, r, y, k);
+}
+
+// The tensors of a block's backward, each at the block's first element.
+struct GradBlock {
+  const float *x, *y, *dy;
+  float *dres, *dx;
+};
+
+// The gradient reaching the normalisation at element o: dy, or dy where
+// y > 0 (ReLU and add + ReLU, whose y is the activation's output).
+template <class F, BnActivation A>
+XRUN_ALWAYS_INLINE F masked_grad(const GradBlock& t, int64_t o) {
+  const F d = load<F>(t.dy + o);
+  if constexpr (A == BnActivation::none) return d;
+  else return load<F>(t.y + o) > F{} ? d : F{};
+}
+
+// Per-lane sums of g and g * (x - mean), g the masked gradient, in float
+// over runs of up to kRun positions, then in double; x - mean is taken as
+// (x - hi) - lo. With add_relu, g is also written to dres (the residual's
+// gradient).
+template <int W, int NC>
+struct GradSumsKernel {
+  template <BnActivation A>
+  XRUN_ALWAYS_INLINE static void body(int64_t l, Span s, GradBlock t, const float* mean_hi,
+                                      const float* mean_lo, double* s1, double* s2) {
+    using V = Lanes<W>;
+    using F = typename V::F;
+    typename V::D a1[NC] = {}, a2[NC] = {};
+    F hi[NC], lo[NC];
+    for (int c = 0; c < NC; ++c)
+      hi[c] = load<F>(mean_hi + l + c * W), lo[c] = load<F>(mean_lo + l + c * W);
+    for (int64_t i = 0; i < s.n; ++i)
+      for (int64_t p0 = 0; p0 < s.hw; p0 += kRun) {
+        F f1[NC] = {}, f2[NC] = {};
+        for (int64_t p = p0; p < std::min(p0 + kRun, s.hw); ++p)
+          for (int c = 0; c < NC; ++c) {
+            const int64_t o = s.row(i, p) + l + c * W;
+            const F g = masked_grad<F, A>(t, o);
+            if constexpr (A == BnActivation::add_relu) store(t.dres + o, g);
+            f1[c] += g;
+            f2[c] += g * ((load<F>(t.x + o) - hi[c]) - lo[c]);
+          }
+        for (int c = 0; c < NC; ++c) a1[c] += V::wide(f1[c]), a2[c] += V::wide(f2[c]);
+      }
+    for (int c = 0; c < NC; ++c) store(s1 + l + c * W, a1[c]), store(s2 + l + c * W, a2[c]);
+  }
+  XRUN_ALWAYS_INLINE static void run(int64_t l, BnActivation act, Span s, GradBlock t,
+                                     const float* hi, const float* lo, double* s1, double* s2) {
+    switch (act) {
+      case BnActivation::none: return body<BnActivation::none>(l, s, t, hi, lo, s1, s2);
+      case BnActivation::relu: return body<BnActivation::relu>(l, s, t, hi, lo, s1, s2);
+      case BnActivation::add_relu: return body<BnActivation::add_relu>(l, s, t, hi, lo, s1, s2);
+    }
+  }
+};
+
+XRUN_VECTOR_CLONES
+void grad_sums_block(BnActivation act, Span s, GradBlock t, const float* hi, const float* lo,
+                     double* s1, double* s2) {
+  by_lane_groups<GradSumsKernel>(s.lanes, act, s, t, hi, lo, s1, s2);
+}
+
+// dx = a * ((g - k1) - ((x - hi) - lo) * k2), per channel a = gamma * invstd,
+// k1 = dbeta / M, k2 = invstd^2 * sum(g * (x - mean)) / M.
+struct GradCoef {
+  const float *hi, *lo, *a, *k1, *k2;
+  GradCoef at(int64_t l) const { return {hi + l, lo + l, a + l, k1 + l, k2 + l}; }
+};
+
+template <int W, int NC>
+struct GradInputKernel {
+  template <BnActivation A>
+  XRUN_ALWAYS_INLINE static void body(int64_t l, Span s, GradBlock t, GradCoef k) {
+    using F = typename Lanes<W>::F;
+    F hi[NC], lo[NC], a[NC], k1[NC], k2[NC];
+    for (int c = 0; c < NC; ++c) {
+      const int64_t o = l + c * W;
+      hi[c] = load<F>(k.hi + o), lo[c] = load<F>(k.lo + o), a[c] = load<F>(k.a + o);
+      k1[c] = load<F>(k.k1 + o), k2[c] = load<F>(k.k2 + o);
+    }
+    for (int64_t i = 0; i < s.n; ++i)
+      for (int64_t p = 0; p < s.hw; ++p)
+        for (int c = 0; c < NC; ++c) {
+          const int64_t o = s.row(i, p) + l + c * W;
+          F g;
+          if constexpr (A == BnActivation::add_relu)
+            g = load<F>(t.dres + o);  // written by the sums pass
+          else
+            g = masked_grad<F, A>(t, o);
+          const F xc = (load<F>(t.x + o) - hi[c]) - lo[c];
+          store(t.dx + o, a[c] * ((g - k1[c]) - xc * k2[c]));
+        }
+  }
+  XRUN_ALWAYS_INLINE static void run(int64_t l, BnActivation act, Span s, GradBlock t,
+                                     GradCoef k) {
+    switch (act) {
+      case BnActivation::none: return body<BnActivation::none>(l, s, t, k);
+      case BnActivation::relu: return body<BnActivation::relu>(l, s, t, k);
+      case BnActivation::add_relu: return body<BnActivation::add_relu>(l, s, t, k);
+    }
+  }
+};
+
+XRUN_VECTOR_CLONES
+void grad_input_block(BnActivation act, Span s, GradBlock t, GradCoef k) {
+  by_lane_groups<GradInputKernel>(s.lanes, act, s, t, k);
+}
+
+// Splits a double into floats hi + lo (hi the nearest float, lo the rest).
+void split(double v, float& hi, float& lo) {
+  hi = static_cast<float>(v);
+  lo = static_cast<float>(v - hi);
+}
 
 class CpuBatchNorm final : public BatchNormOp, public CpuOp {
  public:
   CpuBatchNorm(CpuBackend& be, const std::string& name, CpuTensor* x, CpuTensor* dx,
                BnActivation act, CpuTensor* residual, CpuTensor* d_residual)
-      : be_(be), x_(x), dx_(dx), act_(act), residual_(residual), d_residual_(d_residual) {
-    const int64_t c = x->dims[1];
-    count_ = x->numel() / c;
-    const memory::desc vec = plain_md({c});
-    auto flags = normalization_flags::use_scale | normalization_flags::use_shift;
-    if (act == BnActivation::relu) flags |= normalization_flags::fuse_norm_relu;
-
-    auto fwd_desc = batch_normalization_forward::desc(prop_kind::forward_training, x->md, kEps,
-                                                      flags);
-    fwd_pd_ = batch_normalization_forward::primitive_desc(fwd_desc, be.attr(), be.engine());
-    fwd_ = batch_normalization_forward(fwd_pd_);
-    auto inf_desc = batch_normalization_forward::desc(
-        prop_kind::forward_inference, x->md, kEps, flags | normalization_flags::use_global_stats);
-    inf_pd_ = batch_normalization_forward::primitive_desc(inf_desc, be.attr(), be.engine());
-    inf_ = batch_normalization_forward(inf_pd_);
-    auto bwd_desc = batch_normalization_backward::desc(prop_kind::backward, fwd_pd_.dst_desc(),
-                                                       x->md, kEps, flags);
-    bwd_pd_ = batch_normalization_backward::primitive_desc(bwd_desc, be.attr(), be.engine(),
-                                                           fwd_pd_);
-    bwd_ = batch_normalization_backward(bwd_pd_);
-    for (const auto& pd_sp : {fwd_pd_.scratchpad_desc(), inf_pd_.scratchpad_desc(),
-                              bwd_pd_.scratchpad_desc()})
-      be.need_scratchpad(pd_sp);
-    if (!(fwd_pd_.dst_desc() == x->md) || !(bwd_pd_.diff_src_desc() == x->md))
-      throw std::logic_error(name + ": batch norm changes the layout");
+      : be_(be), x_(x), dx_(dx), act_(act), residual_(residual), d_residual_(d_residual),
+        geo_(geometry_of(x->md, name)) {
+    if (x->dtype != DType::f32) throw std::logic_error(name + ": batch norm needs fp32");
     if (dx && !(dx->md == x->md)) throw std::logic_error(name + ": dx layout differs from x");
+    if (act == BnActivation::add_relu &&
+        (!residual || !d_residual || !(residual->md == x->md) || !(d_residual->md == x->md)))
+      throw std::logic_error(name + ": residual missing or of another layout");
+    const int64_t c = geo_.c, cp = geo_.padded_c();
+    count_ = geo_.n * geo_.hw;
+    const memory::desc vec = plain_md({c});
 
     y = be.declare(name + ".y", x->dims, x->md, TensorRole::activation);
     dy = be.declare(name + ".dy", x->dims, x->md, TensorRole::activation_grad);
@@ -53,108 +345,149 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
     gamma = g, gamma_grad = gg, beta = b, beta_grad = bg;
     running_mean = be.declare(name + ".running_mean", {c}, vec, TensorRole::state);
     running_var = be.declare(name + ".running_var", {c}, vec, TensorRole::state);
-    mean_ = be.declare(name + ".batch_mean", {c}, fwd_pd_.mean_desc(), TensorRole::workspace);
-    var_ = be.declare(name + ".batch_var", {c}, fwd_pd_.variance_desc(), TensorRole::workspace);
-    if (act == BnActivation::relu) {
-      const memory::desc ws = fwd_pd_.workspace_desc();
-      relu_mask_ = be.declare(name + ".relu_mask", {static_cast<int64_t>(ws.get_size())}, ws,
-                              TensorRole::workspace, DType::u8);
-    }
-
-    if (act == BnActivation::add_relu) {
-      if (!residual || !d_residual || !(residual->md == x->md) || !(d_residual->md == x->md))
-        throw std::logic_error(name + ": residual missing or of another layout");
-      // The add and the ReLU are two primitives: oneDNN 2.6's binary with a
-      // ReLU post-op gives wrong results (and writes out of place) on blocked
-      // layouts whose channel count is not a multiple of 16.
-      auto add_desc = binary::desc(algorithm::binary_add, x->md, x->md, x->md);
-      auto add_pd = binary::primitive_desc(add_desc, be.attr(), be.engine());
-      add_ = binary(add_pd);
-      be.need_scratchpad(add_pd.scratchpad_desc());
-      auto relu_fwd = eltwise_forward::primitive_desc(
-          eltwise_forward::desc(prop_kind::forward_training,
-                                algorithm::eltwise_relu_use_dst_for_bwd, x->md, 0.0f, 0.0f),
-          be.attr(), be.engine());
-      relu_fwd_ = eltwise_forward(relu_fwd);
-      be.need_scratchpad(relu_fwd.scratchpad_desc());
-      auto relu_bwd_pd = eltwise_backward::primitive_desc(
-          eltwise_backward::desc(algorithm::eltwise_relu_use_dst_for_bwd, x->md, x->md, 0.0f,
-                                 0.0f),
-          be.attr(), be.engine(), relu_fwd);
-      relu_bwd_ = eltwise_backward(relu_bwd_pd);
-      be.need_scratchpad(relu_bwd_pd.scratchpad_desc());
-    }
+    // The batch mean and 1/sqrt(var + eps) in double, from forward to backward.
+    batch_stats_ = be.declare(name + ".batch_stats", {4 * cp}, plain_md({4 * cp}),
+                              TensorRole::workspace);
+    be.need_scratchpad(plain_md({2 * 2 * cp + 6 * cp}));  // see sums()
     be.register_op(this);
   }
 
-  void bind() override {
-    const memory& sp = be_.scratchpad();
-    auto m = [](Tensor* t) { return as_cpu(t)->mem; };
-    fwd_args_ = {{DNNL_ARG_SRC, x_->mem},        {DNNL_ARG_DST, m(y)},
-                 {DNNL_ARG_MEAN, mean_->mem},    {DNNL_ARG_VARIANCE, var_->mem},
-                 {DNNL_ARG_SCALE, m(gamma)},     {DNNL_ARG_SHIFT, m(beta)},
-                 {DNNL_ARG_SCRATCHPAD, sp}};
-    if (relu_mask_) fwd_args_[DNNL_ARG_WORKSPACE] = relu_mask_->mem;
-    inf_args_ = {{DNNL_ARG_SRC, x_->mem},           {DNNL_ARG_DST, m(y)},
-                 {DNNL_ARG_MEAN, m(running_mean)},  {DNNL_ARG_VARIANCE, m(running_var)},
-                 {DNNL_ARG_SCALE, m(gamma)},        {DNNL_ARG_SHIFT, m(beta)},
-                 {DNNL_ARG_SCRATCHPAD, sp}};
-    // With add_relu the gradient reaching BN is relu'(y) * dy, which is also
-    // the residual's gradient: computed once into d_residual.
-    const memory& bn_diff_dst = act_ == BnActivation::add_relu ? d_residual_->mem : m(dy);
-    bwd_args_ = {{DNNL_ARG_SRC, x_->mem},          {DNNL_ARG_MEAN, mean_->mem},
-                 {DNNL_ARG_VARIANCE, var_->mem},   {DNNL_ARG_SCALE, m(gamma)},
-                 {DNNL_ARG_SHIFT, m(beta)},        {DNNL_ARG_DIFF_DST, bn_diff_dst},
-                 {DNNL_ARG_DIFF_SCALE, m(gamma_grad)}, {DNNL_ARG_DIFF_SHIFT, m(beta_grad)},
-                 {DNNL_ARG_SCRATCHPAD, sp}};
-    if (dx_) bwd_args_[DNNL_ARG_DIFF_SRC] = dx_->mem;
-    if (relu_mask_) bwd_args_[DNNL_ARG_WORKSPACE] = relu_mask_->mem;
-    if (act_ == BnActivation::add_relu) {
-      add_args_ = {{DNNL_ARG_SRC_0, m(y)},
-                   {DNNL_ARG_SRC_1, residual_->mem},
-                   {DNNL_ARG_DST, m(y)},
-                   {DNNL_ARG_SCRATCHPAD, sp}};
-      relu_fwd_args_ = {{DNNL_ARG_SRC, m(y)}, {DNNL_ARG_DST, m(y)}, {DNNL_ARG_SCRATCHPAD, sp}};
-      relu_bwd_args_ = {{DNNL_ARG_DST, m(y)},
-                        {DNNL_ARG_DIFF_DST, m(dy)},
-                        {DNNL_ARG_DIFF_SRC, d_residual_->mem},
-                        {DNNL_ARG_SCRATCHPAD, sp}};
-    }
-  }
+  void bind() override {}
 
+  // Each channel block is finished by one thread, statistics to output,
+  // while its data is still in cache.
   void forward_train() override {
-    fwd_.execute(be_.stream(), fwd_args_);
-    if (act_ == BnActivation::add_relu) add_relu();
-    update_running_stats();
+    const Geometry& g = geo_;
+    const int64_t cp = g.padded_c();
+    const float* x = f32(x_);
+    float* k = coefficients();
+    const ApplyCoef coef{k, k + cp, k + 2 * cp, k + 3 * cp};
+    float* shift = k + 5 * cp;  // a value of each channel: sums of x - shift
+    double* s1 = sums();
+    double* s2 = s1 + cp;
+    each_block([&](int64_t b) {
+      const int64_t l = b * g.lanes, o = g.offset(0, b);
+      for (int64_t ch = l; ch < l + g.lanes; ++ch) shift[ch] = x[o + ch - l];
+      stats_block(span(), x + o, shift + l, s1 + l, s2 + l);
+      for (int64_t ch = l; ch < l + g.lanes; ++ch) finish_statistics(ch);
+      apply_block(act_, span(), x + o, residual_input(o), f32(y) + o, coef.at(l));
+    });
   }
 
   void forward_infer() override {
-    inf_.execute(be_.stream(), inf_args_);
-    if (act_ == BnActivation::add_relu) add_relu();
+    const int64_t cp = geo_.padded_c();
+    const float* gm = f32(gamma);
+    const float* bt = f32(beta);
+    const float* rm = f32(running_mean);
+    const float* rv = f32(running_var);
+    float* k = coefficients();
+    float *hi = k, *lo = k + cp, *scale = k + 2 * cp, *shifted_beta = k + 3 * cp;
+    for (int64_t ch = 0; ch < cp; ++ch) {
+      const bool real = ch < geo_.c;
+      hi[ch] = real ? rm[ch] : 0;
+      lo[ch] = 0;
+      scale[ch] = real ? static_cast<float>(gm[ch] / std::sqrt(double{rv[ch]} + kBatchNormEps))
+                       : 0;
+      shifted_beta[ch] = real ? bt[ch] : 0;
+    }
+    const ApplyCoef coef{hi, lo, scale, shifted_beta};
+    each_block([&](int64_t b) {
+      const int64_t o = geo_.offset(0, b);
+      apply_block(act_, span(), f32(x_) + o, residual_input(o), f32(y) + o,
+                  coef.at(b * geo_.lanes));
+    });
   }
 
   void backward() override {
     if (!dx_) throw std::logic_error("batch norm backward without dx");
-    if (act_ == BnActivation::add_relu) relu_bwd_.execute(be_.stream(), relu_bwd_args_);
-    bwd_.execute(be_.stream(), bwd_args_);
+    const Geometry& g = geo_;
+    const int64_t cp = g.padded_c();
+    float* k = coefficients();
+    const GradCoef coef{k, k + cp, k + 2 * cp, k + 3 * cp, k + 4 * cp};
+    double* s1 = sums();
+    double* s2 = s1 + cp;
+    each_block([&](int64_t b) {
+      const int64_t l = b * g.lanes;
+      for (int64_t ch = l; ch < l + g.lanes; ++ch)
+        split(batch_mean()[ch], k[ch], k[cp + ch]);  // coef.hi, coef.lo
+      grad_sums_block(act_, span(), grad_block(b), coef.hi + l, coef.lo + l, s1 + l, s2 + l);
+      for (int64_t ch = l; ch < l + g.lanes; ++ch) finish_gradients(ch);
+      grad_input_block(act_, span(), grad_block(b), coef.at(l));
+    });
   }
 
  private:
-  void add_relu() {  // y = relu(y + residual), in place
-    add_.execute(be_.stream(), add_args_);
-    relu_fwd_.execute(be_.stream(), relu_fwd_args_);
+  // Channel ch's mean and 1/sqrt(var + eps) from its sums, the running
+  // statistics' update, and its coefficients for y (all zero for padding).
+  void finish_statistics(int64_t ch) {
+    const int64_t cp = geo_.padded_c();
+    float* k = coefficients();
+    float &hi = k[ch], &lo = k[cp + ch], &scale = k[2 * cp + ch], &shifted_beta = k[3 * cp + ch];
+    double &mean = batch_mean()[ch], &invstd = batch_invstd()[ch];
+    if (ch >= geo_.c) {
+      mean = invstd = 0, hi = lo = scale = shifted_beta = 0;
+      return;
+    }
+    const double m = static_cast<double>(count_);
+    const double d = sums()[ch] / m;
+    const double var = std::max(sums()[cp + ch] / m - d * d, 0.0);
+    mean = k[5 * cp + ch] + d;  // the shift plus the shifted mean
+    invstd = 1.0 / std::sqrt(var + kBatchNormEps);
+    split(mean, hi, lo);
+    scale = static_cast<float>(f32(gamma)[ch] * invstd);
+    shifted_beta = f32(beta)[ch];
+    float& rm = f32(running_mean)[ch];
+    float& rv = f32(running_var)[ch];
+    const double unbias = count_ > 1 ? m / (m - 1) : 1.0;
+    rm = static_cast<float>((1 - kBatchNormMomentum) * rm + kBatchNormMomentum * mean);
+    rv = static_cast<float>((1 - kBatchNormMomentum) * rv + kBatchNormMomentum * var * unbias);
   }
 
-  void update_running_stats() {
-    const float* mean = static_cast<const float*>(mean_->data);
-    const float* var = static_cast<const float*>(var_->data);
-    float* rm = static_cast<float*>(running_mean->data);
-    float* rv = static_cast<float*>(running_var->data);
-    const float unbias = count_ > 1 ? static_cast<float>(count_) / (count_ - 1) : 1.0f;
-    for (int64_t i = 0; i < running_mean->numel(); ++i) {
-      rm[i] = (1 - kMomentum) * rm[i] + kMomentum * mean[i];
-      rv[i] = (1 - kMomentum) * rv[i] + kMomentum * var[i] * unbias;
+  // Channel ch's dgamma and dbeta from its sums, and its coefficients for dx.
+  void finish_gradients(int64_t ch) {
+    const int64_t cp = geo_.padded_c();
+    float* k = coefficients();
+    float &a = k[2 * cp + ch], &k1 = k[3 * cp + ch], &k2 = k[4 * cp + ch];
+    if (ch >= geo_.c) {
+      a = k1 = k2 = 0;
+      return;
     }
+    const double m = static_cast<double>(count_);
+    const double sg = sums()[ch], sgx = sums()[cp + ch], invstd = batch_invstd()[ch];
+    f32(beta_grad)[ch] = static_cast<float>(sg);
+    f32(gamma_grad)[ch] = static_cast<float>(sgx * invstd);
+    a = static_cast<float>(f32(gamma)[ch] * invstd);
+    k1 = static_cast<float>(sg / m);
+    k2 = static_cast<float>(sgx * invstd * invstd / m);
+  }
+
+  static float* f32(Tensor* t) { return static_cast<float*>(t->data); }
+  Span span() const { return {geo_.n, geo_.stride_n, geo_.hw, geo_.lanes}; }
+  GradBlock grad_block(int64_t b) {
+    const int64_t o = geo_.offset(0, b);
+    const bool add = act_ == BnActivation::add_relu;
+    return {f32(x_) + o, f32(y) + o, f32(dy) + o, add ? f32(d_residual_) + o : nullptr,
+            f32(dx_) + o};
+  }
+  // Scratch, per channel: two sums in double (s1, then s2), then six floats:
+  // five coefficients (hi, lo, then scale and beta for y or a, k1, k2 for
+  // dx) and the statistics' shift.
+  double* sums() { return static_cast<double*>(be_.scratchpad().get_data_handle()); }
+  float* coefficients() { return reinterpret_cast<float*>(sums() + 2 * geo_.padded_c()); }
+  double* batch_mean() { return static_cast<double*>(batch_stats_->data); }
+  double* batch_invstd() { return batch_mean() + geo_.padded_c(); }
+
+  // fn(block) for every channel block, on all threads; each block's sums
+  // are its own, so the result does not depend on the thread count.
+  template <class Fn>
+  void each_block(Fn&& fn) {
+    const int64_t blocks = geo_.blocks;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) fn(b);
+  }
+
+  const float* residual_input(int64_t offset) {
+    return act_ == BnActivation::add_relu ? f32(residual_) + offset : nullptr;
   }
 
   CpuBackend& be_;
@@ -163,18 +496,9 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
   BnActivation act_;
   CpuTensor* residual_;
   CpuTensor* d_residual_;
+  Geometry geo_;
   int64_t count_ = 1;  // values per channel: N*H*W
-  CpuTensor* mean_ = nullptr;
-  CpuTensor* var_ = nullptr;
-  CpuTensor* relu_mask_ = nullptr;
-  batch_normalization_forward::primitive_desc fwd_pd_, inf_pd_;
-  batch_normalization_backward::primitive_desc bwd_pd_;
-  batch_normalization_forward fwd_, inf_;
-  batch_normalization_backward bwd_;
-  binary add_;
-  eltwise_forward relu_fwd_;
-  eltwise_backward relu_bwd_;
-  Args fwd_args_, inf_args_, bwd_args_, add_args_, relu_fwd_args_, relu_bwd_args_;
+  CpuTensor* batch_stats_ = nullptr;
 };
 
 }  // namespace

@@ -2,8 +2,9 @@
 // layout oneDNN's primitives prefer (blocked nChw16c / nChw8c activations,
 // blocked weights); primitives are created once when the model is built,
 // with one shared user scratchpad; every tensor lives in one allocation per
-// memory region. The op families are in conv.cpp, batchnorm.cpp,
-// pooling.cpp, linear.cpp, loss.cpp, pointwise.cpp and optimizer.cpp.
+// memory region. The op families are in conv.cpp, batchnorm.cpp (xrun's own
+// loops on those layouts, not oneDNN's), pooling.cpp, linear.cpp, loss.cpp,
+// pointwise.cpp and optimizer.cpp.
 #pragma once
 
 #include <array>
