@@ -1,0 +1,236 @@
+// tests/engine/fidelity_test.cpp: issue 13's question as a test: is the CPU
+// engine as close to float64 as PyTorch fp32 is, on one ResNet50 pass?
+//
+// Fixture: tests/engine/fixtures/torch_fidelity.json + .f64
+// (make_torch_fixtures.py fidelity): torchvision resnet50, batch 8, 32x32,
+// 10 classes, the closed-form weights and batch of torch_fixtures.h, BN
+// running statistics starting at zero, one training-mode forward and backward
+// pass in float64 (the judge) and in fp32 four ways (contiguous and
+// channels_last, 2 and 1 threads). For the logits, every BN running
+// statistic (0.1 x the layer's batch mean / unbiased variance) and every
+// parameter gradient it holds each fp32 run's L2 error against float64; the
+// float64 values themselves for the logits, the statistics and the
+// gradients of every batch norm, conv1, layer1.0.conv1 and fc, so xrun's
+// error is measured the same way.
+//
+// Forward (logits, batch statistics): ReLU is continuous, so rounding noise
+// grows smoothly layer by layer; xrun's relative L2 error per family must be
+// at most the median of PyTorch's four. Backward: a ReLU whose float64 input
+// lies within rounding of zero (here 6e-6 in layer4.2.bn1, 1.2e-5 in
+// layer3.5.bn1, against forward errors of ~1e-4) can fall on either side in
+// fp32 and moves a whole dy; everything behind it inherits the jump. Which
+// engine meets such a kink is luck (PyTorch's own four runs differ by 8x in
+// BN gradient error), so the gradient rule is that xrun's error per family,
+// and its count of AdamW-step elements off by more than 0.1 lr, stay within
+// PyTorch's spread (at most its worst configuration). Op by op, where kinks
+// play no part, the hidden [.fidelity] cases in cpu_ops_test.cpp measure
+// batch norm and convolution against float64 (bench/README.md).
+// Both tables print; XRUN_TEST_ERRORS=1 prints every tensor.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model/resnet.h"
+#include "torch_fixtures.h"
+
+using namespace xrun;
+
+namespace {
+
+std::vector<double> load_float64(const std::string& file) {
+  const std::string path = std::string(XRUN_SOURCE_DIR) + "/tests/engine/fixtures/" + file;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  REQUIRE(in);
+  std::vector<double> v(static_cast<size_t>(in.tellg()) / sizeof(double));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 8));
+  REQUIRE(in);
+  return v;
+}
+
+const char* family_of(const std::string& name) {
+  if (name == "logits") return "logits";
+  if (testing::ends_with(name, "running_mean")) return "BN batch mean";
+  if (testing::ends_with(name, "running_var")) return "BN batch variance";
+  if (name.rfind("fc.", 0) == 0) return "fc grad";
+  if (name.find("bn") != std::string::npos || name.find("downsample.1") != std::string::npos)
+    return testing::ends_with(name, ".weight") ? "BN weight grad" : "BN bias grad";
+  return "conv grad";
+}
+
+// AdamW's first update in units of lr, weight decay apart (see the script).
+double adamw_first_step(double g, double eps) { return g / (std::fabs(g) + eps); }
+
+// One family's errors summed over its tensors: xrun's, and each PyTorch
+// fp32 configuration's.
+struct Family {
+  double err2 = 0, ref2 = 0;
+  std::vector<double> torch_err2;
+  int64_t off = 0, elements = 0, tensors = 0;
+  std::vector<int64_t> torch_off;
+  double xrun_rel() const { return std::sqrt(err2 / ref2); }
+  std::vector<double> torch_rel() const {
+    std::vector<double> r;
+    for (double e2 : torch_err2) r.push_back(std::sqrt(e2 / ref2));
+    std::sort(r.begin(), r.end());
+    return r;
+  }
+  double torch_median() const {
+    const auto r = torch_rel();
+    return (r[(r.size() - 1) / 2] + r[r.size() / 2]) / 2;
+  }
+  double torch_max() const { return torch_rel().back(); }
+};
+
+// The fixture's pass on the CPU engine, and its errors per family.
+class FidelityRun {
+ public:
+  FidelityRun() : f_(testing::load_fixture("torch_fidelity.json")),
+                  full_(load_float64("torch_fidelity.f64")) {
+    const int64_t n = f_.at("batch"), size = f_.at("image_size");
+    ModelSpec spec;
+    spec.arch = f_.at("arch");
+    spec.num_classes = f_.at("classes");
+    spec.batch = n;
+    spec.channels = 3;
+    spec.image_size = size;
+    model_ = std::make_unique<ResNet>(be_, spec);
+    auto loss = be_.softmax_cross_entropy(model_->logits(), model_->dlogits());
+    be_.allocate();
+    for (const StateEntry& e : model_->state()) {
+      by_name_[e.name] = &e;
+      if (e.kind == StateEntry::Kind::counter) continue;
+      std::vector<float> v = testing::deterministic_values(e.name, e.dims);
+      if (testing::ends_with(e.name, "running_var")) std::fill(v.begin(), v.end(), 0.0f);
+      be_.write(e.tensor, v);
+    }
+    be_.write(model_->input(), testing::deterministic_input(n, 3, size, size));
+    be_.write_labels(testing::deterministic_labels(n));
+    model_->forward(true);
+    loss->forward_backward(static_cast<int>(n), 1.0f);
+    model_->backward();
+  }
+
+  // Errors of one fixture group ("logits", "running_stats", "grads") per
+  // family, over the tensors it holds in full.
+  std::map<std::string, Family> measure(const std::string& group) {
+    const bool each = std::getenv("XRUN_TEST_ERRORS") != nullptr;
+    const double eps = f_.at("adamw_eps"), off_limit = f_.at("adamw_off");
+    std::map<std::string, Family> families;
+    for (const auto& t : f_.at(group)) {
+      if (!t.contains("offset")) continue;
+      const std::string name = t.at("name");
+      INFO(group << " " << name);
+      const std::vector<float> x = values(group, name);
+      REQUIRE(static_cast<int64_t>(x.size()) == t.at("n").get<int64_t>());
+      REQUIRE(t.at("offset").get<size_t>() + x.size() <= full_.size());
+      const double* r = full_.data() + t.at("offset").get<size_t>();
+      double err2 = 0;
+      int64_t off = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        err2 += (x[i] - r[i]) * (x[i] - r[i]);
+        off += std::fabs(adamw_first_step(x[i], eps) - adamw_first_step(r[i], eps)) > off_limit;
+      }
+      const double l2 = t.at("l2");
+      const auto torch_err = t.at("err32_l2").get<std::vector<double>>();
+      const auto torch_off = group == "grads" ? t.at("adamw_off32").get<std::vector<int64_t>>()
+                                              : std::vector<int64_t>(torch_err.size(), 0);
+      if (group != "grads") off = 0;
+      Family& fam = families[family_of(name)];
+      fam.torch_err2.resize(torch_err.size()), fam.torch_off.resize(torch_err.size());
+      for (size_t j = 0; j < torch_err.size(); ++j)
+        fam.torch_err2[j] += torch_err[j] * torch_err[j], fam.torch_off[j] += torch_off[j];
+      fam.err2 += err2, fam.ref2 += l2 * l2, fam.off += off;
+      fam.elements += static_cast<int64_t>(x.size()), ++fam.tensors;
+      if (each) {
+        std::printf("fidelity %-34s xrun %.2e torch", name.c_str(), std::sqrt(err2) / l2);
+        for (double e : torch_err) std::printf(" %.2e", e / l2);
+        std::printf("\n");
+      }
+    }
+    return families;
+  }
+
+ private:
+  std::vector<float> values(const std::string& group, const std::string& name) {
+    const Tensor* t = group == "logits" ? model_->logits()
+                      : group == "grads" ? by_name_.at(name)->grad
+                                         : by_name_.at(name)->tensor;
+    std::vector<float> v(static_cast<size_t>(t->numel()));
+    be_.read(t, v);
+    return v;
+  }
+
+  nlohmann::json f_;
+  std::vector<double> full_;
+  cpu::CpuBackend be_{2};
+  std::unique_ptr<ResNet> model_;
+  std::map<std::string, const StateEntry*> by_name_;
+};
+
+// Prints one family per row: xrun's error, then each PyTorch configuration's.
+void print_table(const std::map<std::string, Family>& families, bool adamw) {
+  std::printf("%-18s %7s %8s %10s  %s\n", "", "tensors", "elements", "xrun",
+              "PyTorch fp32 (sorted)");
+  for (const auto& [name, fam] : families) {
+    std::printf("%-18s %7lld %8lld %10.3e ", name.c_str(), static_cast<long long>(fam.tensors),
+                static_cast<long long>(fam.elements), fam.xrun_rel());
+    for (double r : fam.torch_rel()) std::printf(" %.3e", r);
+    std::printf("\n");
+    if (adamw) {
+      std::printf("%-18s %7s %8s %10lld ", "  AdamW off", "", "", static_cast<long long>(fam.off));
+      std::vector<int64_t> off = fam.torch_off;
+      std::sort(off.begin(), off.end());
+      for (int64_t o : off) std::printf(" %9lld", static_cast<long long>(o));
+      std::printf("\n");
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CPU engine forward: logits and every layer's batch statistics no noisier than "
+          "PyTorch fp32 against float64",
+          "[fidelity]") {
+  FidelityRun run;
+  auto families = run.measure("logits");
+  families.merge(run.measure("running_stats"));
+  print_table(families, false);
+  REQUIRE(families.size() == 3);
+  for (const auto& [name, fam] : families) {
+    INFO(name << ": xrun's relative L2 error " << fam.xrun_rel()
+              << ", PyTorch fp32's median over its configurations " << fam.torch_median());
+    CHECK(fam.xrun_rel() <= fam.torch_median());
+  }
+}
+
+TEST_CASE("CPU engine gradients: within PyTorch fp32's own spread against float64",
+          "[fidelity]") {
+  FidelityRun run;
+  const auto families = run.measure("grads");
+  print_table(families, true);
+  REQUIRE(families.size() == 4);
+  int64_t off = 0;
+  std::vector<int64_t> torch_off;
+  for (const auto& [name, fam] : families) {
+    INFO(name << ": xrun's relative L2 error " << fam.xrun_rel()
+              << ", PyTorch fp32's worst configuration " << fam.torch_max());
+    CHECK(fam.xrun_rel() <= fam.torch_max());
+    off += fam.off;
+    torch_off.resize(fam.torch_off.size());
+    for (size_t j = 0; j < torch_off.size(); ++j) torch_off[j] += fam.torch_off[j];
+  }
+  const int64_t torch_worst = *std::max_element(torch_off.begin(), torch_off.end());
+  INFO("AdamW-step elements off by > 0.1 lr: xrun " << off << ", PyTorch fp32 up to "
+                                                    << torch_worst);
+  CHECK(off <= torch_worst);
+}
