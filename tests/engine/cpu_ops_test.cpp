@@ -93,8 +93,12 @@ Activation make_activation(CpuBackend& be, int64_t n, int64_t c, int64_t h, int6
     a.dx = be.tensor_like(a.x, "dx", TensorRole::activation_grad);
     return a;
   }
-  Tensor* in = be.input(n, 3, h, w);
-  ConvShape sh{.n = n, .c = 3, .h = h, .w = w, .k = c, .r = 1, .s = 1, .stride = 1, .pad = 0};
+  // A 1x1 activation comes from a stride-2 conv on 2x2, as in the model (a
+  // conv on a 1x1 input would take the GEMM path and hand over plain NCHW).
+  const int64_t f = h == 1 && w == 1 ? 2 : 1;
+  Tensor* in = be.input(n, 3, h * f, w * f);
+  ConvShape sh{.n = n, .c = 3, .h = h * f, .w = w * f, .k = c, .r = 1, .s = 1, .stride = f,
+               .pad = 0};
   a.producer = be.conv("producer", sh, in, nullptr);
   a.x = a.producer->y;
   a.dx = a.producer->dy;
@@ -144,6 +148,12 @@ TEST_CASE("cpu conv: forward, backward-data, backward-weights match the referenc
       {.n = 2, .c = 16, .h = 8, .w = 8, .k = 32, .r = 3, .s = 3, .stride = 2, .pad = 1},
       // 3x3 / 2 pad 1, 24 -> 24, odd input
       {.n = 1, .c = 24, .h = 9, .w = 9, .k = 24, .r = 3, .s = 3, .stride = 2, .pad = 1},
+      // 1x1 input and output (layer4 at 32x32): one live tap, run as GEMMs
+      // when channels fill whole blocks; 24 -> 24 takes the direct path
+      {.n = 3, .c = 32, .h = 1, .w = 1, .k = 48, .r = 3, .s = 3, .stride = 1, .pad = 1},
+      {.n = 2, .c = 48, .h = 1, .w = 1, .k = 16, .r = 1, .s = 1, .stride = 1, .pad = 0},
+      {.n = 2, .c = 16, .h = 1, .w = 1, .k = 32, .r = 3, .s = 3, .stride = 2, .pad = 1},
+      {.n = 2, .c = 24, .h = 1, .w = 1, .k = 24, .r = 3, .s = 3, .stride = 1, .pad = 1},
   };
   Rng rng(1234);
   for (const ConvShape& sh : shapes) {
