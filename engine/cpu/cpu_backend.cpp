@@ -51,8 +51,9 @@ bool is_plain(const memory::desc& md) {
   return md == plain_md(md.dims(), md.data_type());
 }
 
-void Reorder::make(const dnnl::engine& eng, const memory::desc& from, const memory::desc& to) {
-  needed = !(from == to);
+void Reorder::make(const dnnl::engine& eng, const memory::desc& from, const memory::desc& to,
+                   bool even_if_same) {
+  needed = even_if_same || !(from == to);
   if (needed) prim = dnnl::reorder(dnnl::reorder::primitive_desc(eng, from, eng, to));
 }
 void Reorder::bind(const memory& from, const memory& to) {

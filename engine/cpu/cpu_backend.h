@@ -50,12 +50,14 @@ class CpuOp {
   virtual void bind() = 0;
 };
 
-// A reorder between two layouts, made only when they differ.
+// A reorder between two layouts, made only when they differ (or always: a
+// copy into a buffer of its own).
 struct Reorder {
   bool needed = false;
   dnnl::reorder prim;
   Args args;
-  void make(const dnnl::engine& eng, const memory::desc& from, const memory::desc& to);
+  void make(const dnnl::engine& eng, const memory::desc& from, const memory::desc& to,
+            bool even_if_same = false);
   void bind(const memory& from, const memory& to);
   void run(dnnl::stream& s);
 };

@@ -148,12 +148,16 @@ TEST_CASE("cpu conv: forward, backward-data, backward-weights match the referenc
       {.n = 2, .c = 16, .h = 8, .w = 8, .k = 32, .r = 3, .s = 3, .stride = 2, .pad = 1},
       // 3x3 / 2 pad 1, 24 -> 24, odd input
       {.n = 1, .c = 24, .h = 9, .w = 9, .k = 24, .r = 3, .s = 3, .stride = 2, .pad = 1},
-      // 1x1 input and output (layer4 at 32x32): one live tap, run as GEMMs
-      // when channels fill whole blocks; 24 -> 24 takes the direct path
+      // 1x1 output (layer4 at 32x32 and the stride-2 convs into it): run as
+      // one GEMM per live tap when the output channels fill whole blocks;
+      // k = 24 takes the direct path
       {.n = 3, .c = 32, .h = 1, .w = 1, .k = 48, .r = 3, .s = 3, .stride = 1, .pad = 1},
       {.n = 2, .c = 48, .h = 1, .w = 1, .k = 16, .r = 1, .s = 1, .stride = 1, .pad = 0},
       {.n = 2, .c = 16, .h = 1, .w = 1, .k = 32, .r = 3, .s = 3, .stride = 2, .pad = 1},
       {.n = 2, .c = 24, .h = 1, .w = 1, .k = 24, .r = 3, .s = 3, .stride = 1, .pad = 1},
+      {.n = 3, .c = 24, .h = 2, .w = 2, .k = 32, .r = 1, .s = 1, .stride = 2, .pad = 0},
+      {.n = 2, .c = 16, .h = 2, .w = 2, .k = 16, .r = 3, .s = 3, .stride = 2, .pad = 1},
+      {.n = 2, .c = 5, .h = 3, .w = 3, .k = 16, .r = 3, .s = 3, .stride = 1, .pad = 0},
   };
   Rng rng(1234);
   for (const ConvShape& sh : shapes) {
