@@ -1,60 +1,114 @@
 #!/usr/bin/env bash
 # bench/cpu_vs_pytorch.sh: xrun's CPU engine against PyTorch on this machine,
-# in one go: ResNet50 (10 classes), 32x32, batch 32, AdamW, fp32, the same
-# thread count for all (default: all cores). Engines: xrun; Debian's
-# python3-torch 1.13 (/usr/bin/python3, when it has torch); PyTorch from PyPI
-# (the python named by $PYPI_PYTHON, when set); PyTorch in channels_last and
-# contiguous layouts. Every engine runs ROUNDS times, interleaved (a noisy
-# machine then hurts all alike); the table shows each engine's median round
-# and xrun's ratio to it. Not a CI test: run it on a quiet machine and record
-# the figures in bench/README.md.
+# in one go: ResNet50 (10 classes), AdamW, fp32, synthetic data, the same
+# thread count for all (default: all cores), for each configuration in
+# CONFIGS ("BATCH:SIZE ...", default "32:32 128:32 8:224": batch 32 and 128
+# of 32x32 images, batch 8 of 224x224). Engines:
+#   - xrun (bench/cpu-bench.toml);
+#   - Debian's python3-torch (/usr/bin/python3; installed with apt-get when
+#     missing and this runs as root);
+#   - PyTorch from PyPI, in a virtual environment this script creates and
+#     keeps (XRUN_BENCH_VENV, default ~/.cache/xrun/pypi-torch; about 5 GB);
+#     PYPI_PYTHON=/path/to/python uses another, PYPI_PYTHON=none skips it;
+# PyTorch in channels_last and contiguous layouts, AdamW fused where the
+# build has it (bench/pytorch_resnet50.py). Every engine runs ROUNDS times,
+# interleaved (a noisy machine then hurts all alike). Per configuration the
+# table shows each engine's median round, its range, and xrun's ratio to it:
+# the median of the per-round ratios (round i of xrun over round i of the
+# engine) with their range. Not a CI test: run it on a quiet machine and
+# record the figures in bench/README.md.
 #   bench/cpu_vs_pytorch.sh [THREADS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads="${1:-$(nproc)}"
 rounds="${2:-3}"
+configs="${CONFIGS:-32:32 128:32 8:224}"
 build="${XRUN_BUILD_DIR:-build}"
 xrun="$build/runner/xrun"
 [ -x "$xrun" ] || ./scripts/setup.sh
 work="$(mktemp -d)"
 
-engines=("xrun")
-/usr/bin/python3 -c "import torch, torchvision" 2>/dev/null &&
-  engines+=("/usr/bin/python3 channels_last" "/usr/bin/python3 contiguous")
-[ -n "${PYPI_PYTHON:-}" ] && engines+=("$PYPI_PYTHON channels_last" "$PYPI_PYTHON contiguous")
+# ---- the engines ------------------------------------------------------------
+has_torch() { "$1" -c "import torch, torchvision" 2>/dev/null; }
+if ! has_torch /usr/bin/python3 && [ "$(id -u)" = 0 ]; then
+  echo "installing Debian's python3-torch and python3-torchvision (apt-get)" >&2
+  apt-get install -y -qq python3-torch python3-torchvision >/dev/null ||
+    { apt-get update -qq && apt-get install -y -qq python3-torch python3-torchvision >/dev/null; } ||
+    echo "could not install python3-torch: Debian's PyTorch is left out" >&2
+fi
+pypi="${PYPI_PYTHON:-}"
+if [ -z "$pypi" ]; then
+  venv="${XRUN_BENCH_VENV:-$HOME/.cache/xrun/pypi-torch}"
+  if ! has_torch "$venv/bin/python"; then
+    echo "creating $venv with PyPI's torch and torchvision (pip; about 5 GB)" >&2
+    python3 -m venv "$venv" && "$venv/bin/pip" install -q torch torchvision ||
+      echo "could not install PyPI's torch: it is left out" >&2
+  fi
+  pypi="$venv/bin/python"
+fi
 
-# One round of one engine: prints "img/s median_ms label".
-measure() {
+engines=("xrun")
+has_torch /usr/bin/python3 &&
+  engines+=("/usr/bin/python3 channels_last" "/usr/bin/python3 contiguous")
+[ "$pypi" != none ] && has_torch "$pypi" &&
+  engines+=("$pypi channels_last" "$pypi contiguous")
+
+# ---- one round of one engine on one configuration: "img/s median_ms label" ---
+measure() {  # ENGINE BATCH SIZE
+  local batch="$2" size="$3" warmup=5 steps=30
+  if [ "$size" -gt 64 ]; then warmup=3 steps=10; fi
   if [ "$1" = "xrun" ]; then
-    local db="$work/round-$RANDOM.db"
-    "$xrun" run bench/cpu-bench.toml --db "$db" --set train.threads="$threads" >/dev/null 2>&1
+    local db="$work/round-$RANDOM$RANDOM.db"
+    "$xrun" run bench/cpu-bench.toml --db "$db" --set train.threads="$threads" \
+      --set train.batch_size="$batch" --set data.image_size="$size" \
+      --set measure.warmup_steps="$warmup" --set measure.measure_steps="$steps" >/dev/null 2>&1
     sqlite3 -separator ' ' "$db" \
       "SELECT throughput, step_ms_median, 'xrun (oneDNN ' || onednn || ')' FROM runs"
   else
     set -- $1
-    "$1" bench/pytorch_resnet50.py --threads "$threads" --memory-format "$2" | python3 -c '
+    "$1" bench/pytorch_resnet50.py --threads "$threads" --memory-format "$2" \
+      --batch "$batch" --size "$size" --warmup "$warmup" --steps "$steps" | python3 -c '
 import json, sys; r = json.load(sys.stdin)
-print(r["images_per_second"], r["median_step_ms"], "PyTorch", r["torch"], "(" + r["memory_format"] + ")")'
+print(r["images_per_second"], r["median_step_ms"], "PyTorch", r["torch"],
+      "(" + r["memory_format"] + ", AdamW " + r["adamw"] + ")")'
   fi
 }
 
-for ((i = 0; i < rounds; i++)); do
-  for e in "${!engines[@]}"; do measure "${engines[$e]}" >> "$work/engine-$e.txt"; done
+for config in $configs; do
+  batch="${config%%:*}" size="${config##*:}"
+  for ((i = 0; i < rounds; i++)); do
+    for e in "${!engines[@]}"; do
+      measure "${engines[$e]}" "$batch" "$size" >> "$work/$config-engine-$e.txt"
+    done
+  done
 done
 
-python3 - "$work" "${#engines[@]}" <<'PY'
+python3 - "$work" "${#engines[@]}" "$configs" <<'PY'
 import statistics, sys
-work, n = sys.argv[1], int(sys.argv[2])
-rows = []
-for e in range(n):
-    lines = [l.strip().split(None, 2) for l in open(f"{work}/engine-{e}.txt") if l.strip()]
-    ips = statistics.median(float(l[0]) for l in lines)
-    ms = statistics.median(float(l[1]) for l in lines)
-    spread = f"{min(float(l[0]) for l in lines):.0f}-{max(float(l[0]) for l in lines):.0f}"
-    rows.append((lines[0][2], ips, ms, spread))
-print(f"{'engine':46} {'img/s':>8} {'range':>9} {'median ms':>10} {'xrun is':>8}")
-for label, ips, ms, spread in rows:
-    ratio = "-" if label.startswith("xrun") else f"{rows[0][1] / ips:.2f}x"
-    print(f"{label:46} {ips:8.1f} {spread:>9} {ms:10.1f} {ratio:>8}")
+work, n, configs = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+for config in configs:
+    batch, size = config.split(":")
+    print(f"\nbatch {batch}, {size}x{size}")
+    rounds = []
+    for e in range(n):
+        lines = [l.strip().split(None, 2) for l in open(f"{work}/{config}-engine-{e}.txt") if l.strip()]
+        rounds.append(lines)
+    xrun_ips = [float(l[0]) for l in rounds[0]]
+    print(f"{'engine':58} {'img/s':>7} {'range':>9} {'median ms':>9} {'xrun is':>8} {'range':>11}")
+    for lines in rounds:
+        ips = [float(l[0]) for l in lines]
+        ms = statistics.median(float(l[1]) for l in lines)
+        spread = f"{min(ips):.0f}-{max(ips):.0f}"
+        if lines is rounds[0]:
+            ratio = ratio_range = "-"
+        else:
+            per_round = [x / p for x, p in zip(xrun_ips, ips)]
+            ratio = f"{statistics.median(per_round):.2f}x"
+            ratio_range = f"{min(per_round):.2f}-{max(per_round):.2f}"
+        print(f"{lines[0][2]:58} {statistics.median(ips):7.1f} {spread:>9} {ms:9.1f} {ratio:>8} {ratio_range:>11}")
 PY
-echo "threads: $threads; rounds: $rounds; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); runs in $work"
+isa=baseline
+grep -qw avx2 /proc/cpuinfo && isa=avx2
+grep -qw avx512f /proc/cpuinfo && isa=avx512
+echo
+echo "threads: $threads; rounds: $rounds; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) ($isa); runs in $work"
