@@ -421,7 +421,8 @@ TEST_CASE("cpu batch norm: error against float64 beside a careful fp32, ResNet50
 // backward-data and backward-weights land from float64 at ResNet50's shapes
 // (batch 8, 32x32 input). Hidden (run by hand; prints a table); PyTorch's
 // figures for the same shapes and distributions come from a few lines of
-// Python (bench/README.md, "CPU: gradients against float64").
+// Python (bench/README.md, "CPU: convolution and the whole pass against
+// float64").
 TEST_CASE("cpu conv: error against float64, ResNet50 shapes", "[.fidelity]") {
   const std::vector<ConvShape> shapes = {
       {.n = 8, .c = 3, .h = 32, .w = 32, .k = 64, .r = 7, .s = 7, .stride = 2, .pad = 3},
