@@ -135,6 +135,7 @@ struct TrainConfig {
   Precision precision = Precision::fp32;
   CudnnBenchmark cudnn_benchmark = CudnnBenchmark::off;
   bool cuda_graphs = false;
+  bool per_layer_update = false; // CPU: update each layer's parameters in the backward pass
   uint64_t seed = 0;
   int threads = 0;             // CPU threads, 0 = all cores
   bool eval = true;            // evaluate on the test split after each epoch

@@ -22,6 +22,10 @@ void* Backend::allocate_host(size_t bytes, bool) {
 
 void Backend::free_host(void* p, bool) { std::free(p); }
 
+void OptimizerOp::apply_to(std::span<Tensor* const>) {
+  throw std::logic_error("this backend's optimizer updates all parameters at once (per_layer() is false)");
+}
+
 
 bool cuda_engine_available() {
 #ifdef XRUN_HAVE_CUDA

@@ -149,6 +149,14 @@ class OptimizerOp {
     set_step(s);
     apply();
   }
+  // The same update for a few parameters only, called in the backward pass
+  // as soon as their gradients are complete (train.per_layer_update), after
+  // set_step: every element goes through the same operations in the same
+  // order as in apply(), so the weights come out bit-identical. Never with
+  // check_finite (a skip needs every gradient first). A backend that updates
+  // in one launch (CUDA) says false in per_layer() and throws here.
+  virtual bool per_layer() const { return false; }
+  virtual void apply_to(std::span<Tensor* const> params);
   // After a step with check_finite: whether a gradient was inf/NaN (the
   // update was then skipped). May synchronise with the device.
   virtual bool found_inf() = 0;

@@ -20,7 +20,9 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
       scaler_(cfg.train.precision == Precision::fp16),
       device_(parts.backend.device()),
       overlap_(device_ && cfg.data.pin_memory && cfg.train.accumulate == 1 &&
-               cfg.data.prefetch >= 2) {
+               cfg.data.prefetch >= 2),
+      per_layer_(cfg.train.per_layer_update && parts.optimizer.per_layer() &&
+                 cfg.train.accumulate == 1 && !scaler_.enabled() && !cfg.train.cuda_graphs) {
   if (cfg.train.cuda_graphs && !device_)
     throw TrainError("train.cuda_graphs: " + parts.backend.name() + " does not record CUDA graphs");
 }
@@ -119,7 +121,12 @@ StepRecord StepRunner::step(const StepStart& at, RunObserver& obs) {
     }
     PhaseScope phase(obs, Phase::backward);
     p_.loss.forward_backward(count);
-    p_.model.backward();
+    if (per_layer_) {
+      p_.optimizer.set_step(os);
+      p_.model.backward([this](std::span<Tensor* const> params) { p_.optimizer.apply_to(params); });
+    } else {
+      p_.model.backward();
+    }
     if (accumulate_ > 1)
       micro == 0 ? p_.optimizer.accumulate_begin() : p_.optimizer.accumulate_add();
   }
@@ -127,6 +134,8 @@ StepRecord StepRunner::step(const StepStart& at, RunObserver& obs) {
     PhaseScope phase(obs, Phase::graph);
     replay_graph(os);
     if (!overlap_) finish(rec);
+  } else if (per_layer_) {
+    if (!overlap_) finish(rec);  // the update was done in the backward pass
   } else {
     PhaseScope phase(obs, Phase::optimizer);
     if (accumulate_ > 1) p_.optimizer.accumulate_end();

@@ -1,7 +1,9 @@
 // engine/step_runner.h: one training step on a built model: each
 // micro-batch's batch taken from the loader and loaded (or staged ahead on
 // the GPU), forward, loss, backward and gradient accumulation, then the
-// optimizer update with the fp16 loss scaler's verdict, or the whole step as
+// optimizer update with the fp16 loss scaler's verdict (or, with
+// train.per_layer_update on the CPU, layer by layer inside the backward
+// pass), or the whole step as
 // a recorded CUDA graph; each phase reported to the run's observers. The
 // trainer (engine/trainer.cpp) builds it; the loop (engine/step_loop.h)
 // calls it once per step.
@@ -58,6 +60,10 @@ class StepRunner {
   bool overlap_;
   const data::HostBatch* staged_ = nullptr;
   bool graph_recorded_ = false;  // train.cuda_graphs: the step is recorded
+  // train.per_layer_update on a backend that can: each layer's parameters
+  // are updated in the backward pass as soon as their gradients are complete
+  // (not with accumulation, loss scaling or graphs, which need every gradient).
+  bool per_layer_;
 };
 
 }  // namespace xrun

@@ -113,6 +113,7 @@ std::vector<KeySpec> build_keys() {
                 "cuDNN algorithm choice: heuristic, timed, or timed with earlier choices reused.")
                   .def(false));
   k.push_back(K("train.cuda_graphs", T::boolean, "Record the step in a CUDA graph after warmup and replay it (needs accumulate = 1).").def(false));
+  k.push_back(K("train.per_layer_update", T::boolean, "CPU: update each layer's parameters in the backward pass as soon as their gradients are complete (bit-identical weights; measured no faster, see bench/README.md; not with accumulate > 1 or fp16). CUDA updates all at once after the backward pass.").def(false));
   k.push_back(K("train.seed", T::integer, "Seed for init, shuffling and augmentation.").def(0).at_least(0));
   k.push_back(K("train.threads", T::integer, "CPU threads for compute; 0 = all cores.")
                   .def(0).at_least(0).at_most(1024));

@@ -64,14 +64,31 @@ void flatten(const nlohmann::json& v, const std::string& prefix, std::map<std::s
   out[prefix] = canonical_json(v);
 }
 
+// Keys added to the schema after results were first stored, with the value
+// that behaves as xrun did before them: at that value they are left out of
+// the hashed text, so a config that does not use them keeps its hash and
+// stored runs still match their plans.
+nlohmann::json without_later_defaults(nlohmann::json config) {
+  static const std::vector<std::pair<std::string, nlohmann::json>> later = {
+      {"train.per_layer_update", false},
+  };
+  for (const auto& [key, old_behaviour] : later) {
+    const auto p = pointer(key);
+    if (config.contains(p) && config[p] == old_behaviour) config = without(config, {key});
+  }
+  return config;
+}
+
 }  // namespace
 
 std::string config_hash(const nlohmann::json& resolved) {
-  return fnv1a_hex(canonical_json(without(resolved, {"store.path", "description"})));
+  return fnv1a_hex(
+      canonical_json(without(without_later_defaults(resolved), {"store.path", "description"})));
 }
 
 std::string experiment_hash(const nlohmann::json& resolved) {
-  return fnv1a_hex(canonical_json(without(resolved, experiment_hash_excluded_keys())));
+  return fnv1a_hex(
+      canonical_json(without(without_later_defaults(resolved), experiment_hash_excluded_keys())));
 }
 
 std::map<std::string, std::string> flatten_params(const nlohmann::json& resolved) {

@@ -160,6 +160,16 @@ class Resolver {
     if (get("train.cuda_graphs") == true && get("train.accumulate") != 1)
       rule("train.cuda_graphs", "cuda_graphs records one whole step: it needs train.accumulate = 1",
            true);
+    if (get("train.per_layer_update") == true) {
+      if (device != "cpu")
+        rule("train.per_layer_update",
+             "per_layer_update is the CPU engine's (CUDA updates every parameter in one launch "
+             "after the backward pass); this run's device is " + device, true);
+      if (get("train.accumulate") != 1)
+        rule("train.per_layer_update",
+             "per_layer_update updates during the backward pass: it needs train.accumulate = 1",
+             true);
+    }
     if (ctx_.options->device_check) {
       std::string reason = ctx_.options->device_check(cfg_, device);
       if (!reason.empty()) rule("train.device", reason, true);

@@ -50,6 +50,7 @@ RunConfig to_run_config(const nlohmann::json& c) {
   r.train.cudnn_benchmark = parse_cudnn_benchmark(
       bench.is_string() ? bench.get<std::string>() : bench.get<bool>() ? "true" : "false");
   r.train.cuda_graphs = t.at("cuda_graphs").get<bool>();
+  r.train.per_layer_update = t.at("per_layer_update").get<bool>();
   r.train.seed = t.at("seed").get<uint64_t>();
   r.train.threads = t.at("threads").get<int>();
   r.train.eval = t.at("eval").get<bool>();

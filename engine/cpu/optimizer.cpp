@@ -1,7 +1,9 @@
 // engine/cpu/optimizer.cpp: AdamW and SGD with PyTorch's semantics, applied in
 // one pass over the flat parameter region (every parameter, gradient and
 // state value sits at the same offset in its region, so the update is one
-// vectorised loop whatever the layouts). Also gradient accumulation.
+// vectorised loop whatever the layouts), or over one layer's parameters at a
+// time during the backward pass (apply_to): the same kernel on a sub-range,
+// so the same operations per element. Also gradient accumulation.
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -16,9 +18,13 @@ struct AdamWStep {
   float inv_scale, decay, b1, b2, eps, step_size, bc2_sqrt;
 };
 
+// Below this many elements (one BN layer's parameters) the update runs on
+// the calling thread: starting a parallel region costs more than the loop.
+constexpr int64_t kParallelMin = 1 << 14;
+
 XRUN_VECTOR_CLONES
 void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, AdamWStep a) {
-#pragma omp parallel for simd
+#pragma omp parallel for simd if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float grad = g[i] * a.inv_scale;
     p[i] *= a.decay;
@@ -34,11 +40,11 @@ XRUN_VECTOR_CLONES
 void sgd_kernel(float* p, const float* g, float* buf, int64_t n, float inv_scale, float lr,
                 float wd, float mom, bool nesterov, bool first) {
   if (!buf) {
-#pragma omp parallel for simd
+#pragma omp parallel for simd if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) p[i] -= lr * (g[i] * inv_scale + wd * p[i]);
     return;
   }
-#pragma omp parallel for simd
+#pragma omp parallel for simd if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float d = g[i] * inv_scale + wd * p[i];
     buf[i] = first ? d : buf[i] * mom + d;
@@ -59,39 +65,41 @@ class CpuOptimizer final : public OptimizerOp {
 
   bool found_inf() override { return found_inf_; }
 
-  void set_step(const OptimizerStep& st) override { st_ = st; }
+  void set_step(const OptimizerStep& st) override {
+    st_ = st;
+    // SGD's momentum buffers start as the first step's update; a step done
+    // layer by layer only marks that once it is complete.
+    momentum_started_ = momentum_started_ || started_this_step_;
+    started_this_step_ = false;
+  }
 
   void apply() override {
-    const OptimizerStep& st = st_;
-    float* p = be_.region(TensorRole::parameter);
     const float* g = be_.region(TensorRole::gradient);
     const int64_t n = count();
     found_inf_ = false;
-    if (st.check_finite) {
+    if (st_.check_finite) {
       bool bad = false;
 #pragma omp parallel for reduction(|| : bad)
       for (int64_t i = 0; i < n; ++i) bad = bad || !std::isfinite(g[i]);
       found_inf_ = bad;
       if (bad) return;
     }
-    const float inv_scale = 1.0f / st.grad_scale;
-    const float lr = static_cast<float>(st.lr);
-    const float wd = static_cast<float>(s_.weight_decay);
-    if (s_.name == "adamw") {
-      AdamWStep a;
-      a.inv_scale = inv_scale;
-      a.decay = 1.0f - lr * wd;
-      a.b1 = static_cast<float>(s_.beta1);
-      a.b2 = static_cast<float>(s_.beta2);
-      a.eps = static_cast<float>(s_.eps);
-      a.step_size = static_cast<float>(st.lr / (1.0 - std::pow(s_.beta1, double(st.step))));
-      a.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(s_.beta2, double(st.step))));
-      adamw_kernel(p, g, state(0), state(1), n, a);
-    } else {
-      const float mom = static_cast<float>(s_.momentum);
-      sgd_kernel(p, g, mom != 0.0f ? state(0) : nullptr, n, inv_scale, lr, wd, mom,
-                 s_.nesterov, !momentum_started_);
-      momentum_started_ = momentum_started_ || mom != 0.0f;
+    update(0, n);
+    momentum_started_ = momentum_started_ || started_this_step_;
+    started_this_step_ = false;
+  }
+
+  bool per_layer() const override { return true; }
+
+  void apply_to(std::span<Tensor* const> params) override {
+    if (st_.check_finite)
+      throw std::logic_error("a layer-by-layer update cannot skip a step on inf/NaN gradients");
+    for (Tensor* t : params) {
+      const CpuTensor* p = as_cpu(t);
+      if (p->role != TensorRole::parameter)
+        throw std::invalid_argument(p->name + " is not a parameter");
+      update(static_cast<int64_t>(p->offset / sizeof(float)),
+             static_cast<int64_t>(p->bytes / sizeof(float)));
     }
   }
 
@@ -123,6 +131,32 @@ class CpuOptimizer final : public OptimizerOp {
   }
 
  private:
+  // The update of elements [begin, begin + n) of the flat regions.
+  void update(int64_t begin, int64_t n) {
+    float* p = be_.region(TensorRole::parameter) + begin;
+    const float* g = be_.region(TensorRole::gradient) + begin;
+    const OptimizerStep& st = st_;
+    const float inv_scale = 1.0f / st.grad_scale;
+    const float lr = static_cast<float>(st.lr);
+    const float wd = static_cast<float>(s_.weight_decay);
+    if (s_.name == "adamw") {
+      AdamWStep a;
+      a.inv_scale = inv_scale;
+      a.decay = 1.0f - lr * wd;
+      a.b1 = static_cast<float>(s_.beta1);
+      a.b2 = static_cast<float>(s_.beta2);
+      a.eps = static_cast<float>(s_.eps);
+      a.step_size = static_cast<float>(st.lr / (1.0 - std::pow(s_.beta1, double(st.step))));
+      a.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(s_.beta2, double(st.step))));
+      adamw_kernel(p, g, state(0) + begin, state(1) + begin, n, a);
+    } else {
+      const float mom = static_cast<float>(s_.momentum);
+      sgd_kernel(p, g, mom != 0.0f ? state(0) + begin : nullptr, n, inv_scale, lr, wd, mom,
+                 s_.nesterov, !momentum_started_);
+      started_this_step_ = started_this_step_ || mom != 0.0f;
+    }
+  }
+
   size_t bytes() const { return be_.region_bytes(TensorRole::parameter); }
   int64_t count() const { return static_cast<int64_t>(bytes() / sizeof(float)); }
   float* state(int which) { return be_.mirror_region(state_names().at(which)); }
@@ -149,6 +183,7 @@ class CpuOptimizer final : public OptimizerOp {
   OptimizerSettings s_;
   bool accumulation_;
   bool momentum_started_ = false;
+  bool started_this_step_ = false;  // SGD: this step's update has begun its momentum buffers
   bool found_inf_ = false;
   OptimizerStep st_;
 };

@@ -284,21 +284,33 @@ void ResNet::forward(bool training) {
   if (training) ++num_batches_tracked;
 }
 
-void ResNet::backward() {
+void ResNet::backward(const ParamsReady& ready) {
+  auto done = [&](const std::string& layer, std::initializer_list<Tensor*> params) {
+    if (!ready) return;
+    HookScope s(hooks_, layer + ".update");
+    ready(std::span<Tensor* const>(params.begin(), params.size()));
+  };
   auto bn_backward = [&](BN& b) {
-    HookScope s(hooks_, b.name);
-    b.op->backward();
+    {
+      HookScope s(hooks_, b.name);
+      b.op->backward();
+    }
+    done(b.name, {b.op->gamma, b.op->beta});
   };
   auto conv_backward = [&](Conv& c) {
-    HookScope s(hooks_, c.name);
-    c.op->backward_weights();
-    c.op->backward_data();
+    {
+      HookScope s(hooks_, c.name);
+      c.op->backward_weights();
+      c.op->backward_data();
+    }
+    done(c.name, {c.op->weight});
   };
 
   {
     HookScope s(hooks_, "fc");
     fc_->backward();
   }
+  done("fc", {fc_->weight, fc_->bias});
   {
     HookScope s(hooks_, "avgpool");
     avgpool_->backward();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,13 @@ class ResNet {
   ResNet(const ResNet&) = delete;
   ResNet& operator=(const ResNet&) = delete;
 
+  // Called in backward() with a layer's parameters as soon as their
+  // gradients are complete and nothing in the pass reads them any more (a
+  // conv's after its backward-data, a BN's after its backward).
+  using ParamsReady = std::function<void(std::span<Tensor* const> params)>;
+
   void forward(bool training);  // input() -> logits()
-  void backward();              // dlogits() -> every parameter gradient
+  void backward(const ParamsReady& ready = {});  // dlogits() -> every parameter gradient
 
   Tensor* input() const { return input_; }
   Tensor* logits() const;

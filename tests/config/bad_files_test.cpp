@@ -186,6 +186,18 @@ TEST_CASE("more error cases from text", "[config][errors]") {
     CHECK(e.key == "train.cuda_graphs");
     CHECK_THAT(e.what(), Catch::Contains("needs train.accumulate = 1"));
   }
+  SECTION("per_layer_update on CUDA") {
+    auto e = error_of("name = \"t\"\n[train]\ndevice = \"cuda:0\"\nper_layer_update = true\n",
+                      gpu_options());
+    CHECK(e.key == "train.per_layer_update");
+    CHECK(e.line == 4);
+    CHECK_THAT(e.what(), Catch::Contains("run 0: per_layer_update is the CPU engine's"));
+  }
+  SECTION("per_layer_update with gradient accumulation") {
+    auto e = error_of("name = \"t\"\n[train]\nper_layer_update = true\naccumulate = 2\n");
+    CHECK(e.key == "train.per_layer_update");
+    CHECK_THAT(e.what(), Catch::Contains("needs train.accumulate = 1"));
+  }
   SECTION("batch_size auto on the CPU") {
     auto e = error_of("name = \"t\"\n[train]\nbatch_size = \"auto\"\n");
     CHECK(e.key == "train.batch_size");

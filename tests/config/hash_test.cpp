@@ -120,8 +120,21 @@ TEST_CASE("hash values are pinned (a change here breaks stored results)", "[conf
           auto c = r.config;
           c.erase("description");
           c["store"].erase("path");
+          c["train"].erase("per_layer_update");  // added later: hashed only when set
           return c;
         }())));
   CHECK(r.config_hash == "1421229ed1977e38");
   CHECK(r.experiment_hash == "29310b94599743c2");
+}
+
+TEST_CASE("a key added to the schema later keeps earlier hashes at its default", "[config][hash]") {
+  const std::string text = "name = \"pin\"\n[store]\nlabel = \"box\"\n";
+  const RunSpec plain = plan_text(text).runs[0];
+  REQUIRE(plain.config["train"].contains("per_layer_update"));
+  const RunSpec at_default = plan_text(text + "[train]\nper_layer_update = false\n").runs[0];
+  CHECK(at_default.config_hash == plain.config_hash);
+  CHECK(at_default.config_hash == "1421229ed1977e38");
+  const RunSpec set = plan_text(text + "[train]\nper_layer_update = true\n").runs[0];
+  CHECK(set.config_hash != plain.config_hash);
+  CHECK(set.experiment_hash != plain.experiment_hash);
 }
