@@ -12,8 +12,10 @@
 //   - the mean is kept as a float pair hi + lo, so x - mean is exact when the
 //     mean dwarfs the spread, and in double for the gradient sums.
 // The loops run over any layout whose channels sit in blocks of contiguous
-// lanes with a dense H x W inside: nChw16c / nChw8c (what convolutions hand
-// over), nhwc (one block of C lanes) and nchw (C blocks of one lane). Padded
+// lanes at evenly spaced positions: nChw16c / nChw8c (what convolutions hand
+// over), nhwc (blocks of 16 or 8 of its C lanes, or one block of C when C is
+// no multiple of 8; what a conv run as GEMMs hands over) and nchw (C blocks
+// of one lane). The blocks are shared out among the threads. Padded
 // lanes of a blocked layout get y = 0 and dx = 0. Running statistics are
 // updated PyTorch's way (momentum 0.1, unbiased variance).
 #include <algorithm>
@@ -30,11 +32,12 @@ namespace {
 using namespace dnnl;
 
 // Where element (image i, channel block b, position p, lane l) lives:
-// i * stride_n + b * stride_block + p * lanes + l; channel = b * lanes + l.
+// i * stride_n + b * stride_block + p * stride_p + l; channel = b * lanes + l.
+// Blocked layouts have stride_p = lanes, nhwc has stride_p = C.
 struct Geometry {
   int64_t n = 0, c = 0, hw = 0;
   int64_t lanes = 1, blocks = 0;
-  int64_t stride_n = 0, stride_block = 0;
+  int64_t stride_n = 0, stride_block = 0, stride_p = 0;
   int64_t padded_c() const { return blocks * lanes; }
   int64_t offset(int64_t i, int64_t b) const { return i * stride_n + b * stride_block; }
 };
@@ -49,17 +52,20 @@ Geometry geometry_of(const memory::desc& md, const std::string& name) {
   if (bk.inner_nblks == 1 && bk.inner_idxs[0] == 1)
     g.lanes = bk.inner_blks[0];  // nChw16c, nChw8c
   else if (bk.inner_nblks == 0 && bk.strides[1] == 1)
-    g.lanes = g.c;  // nhwc
+    g.lanes = g.c % 16 == 0 ? 16 : g.c % 8 == 0 ? 8 : g.c;  // nhwc
   else if (bk.inner_nblks == 0)
     g.lanes = 1;  // nchw
   else
     throw std::logic_error(name + ": batch norm on an unsupported blocked layout");
+  const bool nhwc = bk.inner_nblks == 0 && bk.strides[1] == 1;
+  g.stride_p = nhwc ? g.c : g.lanes;
   const int64_t h = d.dims[2], w = d.dims[3];
-  if ((w > 1 && bk.strides[3] != g.lanes) || (h > 1 && bk.strides[2] != w * g.lanes))
-    throw std::logic_error(name + ": batch norm needs H x W dense inside each channel block");
+  if ((w > 1 && bk.strides[3] != g.stride_p) || (h > 1 && bk.strides[2] != w * g.stride_p))
+    throw std::logic_error(name + ": batch norm needs H x W evenly spaced in each channel block");
   g.blocks = (g.c + g.lanes - 1) / g.lanes;
   g.stride_n = bk.strides[0];
-  g.stride_block = bk.strides[1];  // per outer block of the channel dim
+  // per block of lanes: the outer channel stride, or (nhwc) the block's width
+  g.stride_block = nhwc ? g.lanes : bk.strides[1];
   return g;
 }
 
@@ -129,10 +135,10 @@ XRUN_ALWAYS_INLINE void by_lane_groups(int64_t lanes, Args... args) {
 constexpr int64_t kRun = 16;
 
 // A block's elements: image i's rows start at i * stride_n; hw rows of
-// `lanes` floats.
+// `lanes` floats, stride_p apart.
 struct Span {
-  int64_t n, stride_n, hw, lanes;
-  int64_t row(int64_t i, int64_t p) const { return i * stride_n + p * lanes; }
+  int64_t n, stride_n, hw, lanes, stride_p;
+  int64_t row(int64_t i, int64_t p) const { return i * stride_n + p * stride_p; }
 };
 
 // Per-lane sums of (x - shift) and (x - shift)^2: in float over runs of up
@@ -465,7 +471,7 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
   }
 
   static float* f32(Tensor* t) { return static_cast<float*>(t->data); }
-  Span span() const { return {geo_.n, geo_.stride_n, geo_.hw, geo_.lanes}; }
+  Span span() const { return {geo_.n, geo_.stride_n, geo_.hw, geo_.lanes, geo_.stride_p}; }
   GradBlock grad_block(int64_t b) {
     const int64_t o = geo_.offset(0, b);
     const bool add = act_ == BnActivation::add_relu;

@@ -4,11 +4,12 @@
 // only where their preferred layouts differ (typically the weights of
 // backward-data, blocked the other way round).
 //
-// One special case: a convolution with a 1x1 output (layer4 of ResNet50 on
-// 32x32 images, and the stride-2 convolutions into it) is a sum of matrix
-// products, one per kernel tap that meets the input (CpuConvAsGemm). As
-// sgemm calls it runs 3-10x faster than the direct convolution's kernels at
-// such shapes (backward-weights above all: its reduction is only N long).
+// One special case: a convolution with a small output (4 pixels or fewer:
+// layer3 and layer4 of ResNet50 on 32x32 images, and the stride-2
+// convolutions into them) is a sum of matrix products, one per kernel tap
+// and output pixel where the tap meets the input (CpuConvAsGemm). As sgemm
+// calls it runs 3-10x faster than the direct convolution's kernels at such
+// shapes (backward-weights above all: its reduction is only N long).
 #include <cstring>
 #include <stdexcept>
 
@@ -202,46 +203,57 @@ void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, in
     throw std::logic_error("dnnl_sgemm failed");
 }
 
-// A convolution with a 1x1 output as matrix products, one per live tap.
-// Tap (r, s) meets input pixel p = (r - pad, s - pad) or falls in padding;
-// with x_p the [N, C] values at pixel p and w_t the tap's [C, K] weights:
-//   y = sum_t x_p(t) w_t        dw_t = x_p^T dy        dx_p = dy w_t^T
+// A convolution with a small output (kMaxGemmPixels pixels or fewer) as
+// matrix products, one per live (tap, output pixel) pair. Tap t = (r, s)
+// at output pixel o = (oh, ow) meets input pixel i = (oh * stride + r - pad,
+// ow * stride + s - pad) or falls in padding; with x_i the [N, C] values at
+// pixel i and w_t the tap's [C, K] weights:
+//   y_o = sum x_i w_t        dw_t = sum x_i^T dy_o        dx_i = sum dy_o w_t^T
+// A tap that meets pixel o itself at every output pixel (stride 1, the
+// centre of a 3x3, every tap of a 1x1) is one product over all N * P rows.
 // The weight is kept [R][S][C][K], so each tap is one [C, K] matrix and the
-// forward and backward-weights products need no transpose; x is gathered
-// once into NHWC (a [N, C] matrix per pixel); backward-data computes
-// dx_p^T = w_t dy^T into a [pixel][C][N] buffer (dy^T is a small copy), so
-// no product runs in oneDNN's slow x w^T form at few rows. Pixels no tap
-// meets get dx = 0; dead taps keep a zero gradient.
+// forward and backward-weights products need no transpose; x is read in NHWC
+// (gathered once when it comes in another layout); y and dy are NHWC ([N][P]
+// [K]), or x's own layout for a 1x1 output, where that is the same matrix;
+// backward-data computes dx_i^T = w_t dy_o^T into a [C][pixel][N] buffer
+// (dy^T is a small copy, [K][P][N]), so no product runs in oneDNN's slow
+// x w^T form at few rows. Only the live pairs are computed: a 3x3 kernel on
+// a 2x2 map has 16 of 36 (layer3 of ResNet50 on 32x32 images), where
+// oneDNN's direct kernels compute all 36. Pixels no tap meets get dx = 0;
+// dead taps keep a zero gradient.
+constexpr int64_t kMaxGemmPixels = 4;
+
 class CpuConvAsGemm final : public ConvOp, public CpuOp {
  public:
   CpuConvAsGemm(CpuBackend& be, const std::string& name, const ConvShape& sh, CpuTensor* x,
                 CpuTensor* dx)
-      : be_(be), x_(x), dx_(dx), n_(sh.n), c_(sh.c), k_(sh.k), hw_(sh.h * sh.w) {
+      : be_(be), x_(x), dx_(dx), n_(sh.n), c_(sh.c), k_(sh.k), hw_(sh.h * sh.w),
+        p_(sh.out_h() * sh.out_w()) {
     if (dx && !(dx->md == x->md)) throw std::logic_error(name + ": dx layout differs from x");
-    for (int64_t r = 0; r < sh.r; ++r)
-      for (int64_t q = 0; q < sh.s; ++q) {
-        const int64_t i = r - sh.pad, j = q - sh.pad;
-        if (i >= 0 && i < sh.h && j >= 0 && j < sh.w) taps_.push_back({r * sh.s + q, i * sh.w + j});
-      }
-    const memory::dim c = sh.c, k = sh.k, n = sh.n;
+    plan_products(sh);
+    const memory::dim c = sh.c, k = sh.k, n = sh.n, oh = sh.out_h(), ow = sh.out_w();
     const memory::desc w_md({k, c, sh.r, sh.s}, memory::data_type::f32,
                             memory::dims{1, k, sh.s * c * k, c * k});
     auto [w, wg] = be.declare_parameter(name + ".weight", {k, c, sh.r, sh.s}, w_md);
     weight = w, weight_grad = wg;
-    const memory::desc y_md = like_layout(x->md, {n, k, 1, 1});
-    y = be.declare(name + ".y", {n, k, 1, 1}, y_md, TensorRole::activation);
+    const memory::desc y_md = p_ == 1 ? like_layout(x->md, {n, k, 1, 1})
+                                      : memory::desc({n, k, oh, ow}, memory::data_type::f32,
+                                                     memory::format_tag::nhwc);
+    y = be.declare(name + ".y", {n, k, oh, ow}, y_md, TensorRole::activation);
     dy = be.declare(name + ".dy", y->dims, y_md, TensorRole::activation_grad);
 
     const memory::desc x_nhwc({n, c, sh.h, sh.w}, memory::data_type::f32,
                               memory::format_tag::nhwc);
-    x_nhwc_ = be.declare(name + ".x_nhwc", x->dims, x_nhwc, TensorRole::workspace);
-    gather_.make(be.engine(), x->md, x_nhwc, true);
+    gather_.make(be.engine(), x->md, x_nhwc);
+    if (gather_.needed)
+      x_nhwc_ = be.declare(name + ".x_nhwc", x->dims, x_nhwc, TensorRole::workspace);
     if (dx) {
-      const memory::desc dy_t({n, k, 1, 1}, memory::data_type::f32, memory::dims{1, n, n * k, n * k});
+      const memory::desc dy_t({n, k, oh, ow}, memory::data_type::f32,
+                              memory::dims{1, p_ * n, ow * n, n});
       dy_t_ = be.declare(name + ".dy_t", y->dims, dy_t, TensorRole::workspace);
       transpose_dy_.make(be.engine(), y_md, dy_t, true);
       const memory::desc dx_t({n, c, sh.h, sh.w}, memory::data_type::f32,
-                              memory::dims{1, n, sh.w * c * n, c * n});
+                              memory::dims{1, hw_ * n, sh.w * n, n});
       dx_t_ = be.declare(name + ".dx_t", x->dims, dx_t, TensorRole::workspace);
       scatter_.make(be.engine(), dx_t, dx->md, true);
     }
@@ -249,7 +261,7 @@ class CpuConvAsGemm final : public ConvOp, public CpuOp {
   }
 
   void bind() override {
-    gather_.bind(x_->mem, x_nhwc_->mem);
+    if (gather_.needed) gather_.bind(x_->mem, x_nhwc_->mem);
     if (dx_) {
       transpose_dy_.bind(as_cpu(dy)->mem, dy_t_->mem);
       scatter_.bind(dx_t_->mem, dx_->mem);
@@ -260,45 +272,111 @@ class CpuConvAsGemm final : public ConvOp, public CpuOp {
 
   void forward() override {
     gather_.run(be_.stream());
-    for (size_t t = 0; t < taps_.size(); ++t)
-      sgemm('N', 'N', n_, k_, c_, x_rows(taps_[t].pixel), hw_ * c_, tap(weight, taps_[t]), k_,
-            t == 0 ? 0.0f : 1.0f, f32(y), k_);
+    const float* xs = x_nhwc();
+    for (const Product& g : products_) {
+      const float* w = tap(weight, g.tap);
+      if (g.all_pixels)
+        sgemm('N', 'N', n_ * p_, k_, c_, xs, c_, w, k_, g.first_y ? 0.0f : 1.0f, f32(y), k_);
+      else
+        sgemm('N', 'N', n_, k_, c_, xs + g.in * c_, hw_ * c_, w, k_, g.first_y ? 0.0f : 1.0f,
+              f32(y) + g.out * k_, p_ * k_);
+    }
   }
   void backward_data() override {
     if (!dx_) return;
     transpose_dy_.run(be_.stream());
-    for (const Tap& t : taps_)
-      sgemm('N', 'N', c_, n_, k_, tap(weight, t), k_, f32(dy_t_), n_, 0.0f,
-            f32(dx_t_) + t.pixel * c_ * n_, n_);
+    const float* dyt = f32(dy_t_);
+    float* dxt = f32(dx_t_);
+    for (const Product& g : products_) {
+      const float* w = tap(weight, g.tap);
+      if (g.all_pixels)  // hw == p: dx^T [C][P*N] from dy^T [K][P*N]
+        sgemm('N', 'N', c_, p_ * n_, k_, w, k_, dyt, p_ * n_, g.first_dx ? 0.0f : 1.0f, dxt,
+              p_ * n_);
+      else
+        sgemm('N', 'N', c_, n_, k_, w, k_, dyt + g.out * n_, p_ * n_, g.first_dx ? 0.0f : 1.0f,
+              dxt + g.in * n_, hw_ * n_);
+    }
     scatter_.run(be_.stream());
   }
-  void backward_weights() override {  // x_nhwc still holds the forward's gather
-    for (const Tap& t : taps_)
-      sgemm('T', 'N', c_, k_, n_, x_rows(t.pixel), hw_ * c_, f32(dy), k_, 0.0f,
-            tap(weight_grad, t), k_);
+  void backward_weights() override {  // x (or its gather) still holds the forward's values
+    const float* xs = x_nhwc();
+    for (const Product& g : products_) {
+      float* dw = tap(weight_grad, g.tap);
+      if (g.all_pixels)
+        sgemm('T', 'N', c_, k_, n_ * p_, xs, c_, f32(dy), k_, g.first_dw ? 0.0f : 1.0f, dw, k_);
+      else
+        sgemm('T', 'N', c_, k_, n_, xs + g.in * c_, hw_ * c_, f32(dy) + g.out * k_, p_ * k_,
+              g.first_dw ? 0.0f : 1.0f, dw, k_);
+    }
   }
 
  private:
-  struct Tap {
-    int64_t index, pixel;  // r * S + s; i * W + j
+  // One matrix product: tap `tap` (r * S + s) from input pixel `in` to
+  // output pixel `out`, or over every pixel at once (in == out for all).
+  // The first_* flags: the first product to write that y pixel, dx pixel or
+  // tap gradient (beta 0; the later ones add).
+  struct Product {
+    int64_t tap = 0, in = 0, out = 0;
+    bool all_pixels = false, first_y = false, first_dx = false, first_dw = false;
   };
+
+  void plan_products(const ConvShape& sh) {
+    const int64_t oh = sh.out_h(), ow = sh.out_w();
+    const bool same_grid = sh.stride == 1 && oh == sh.h && ow == sh.w;
+    std::vector<Product> whole, single;
+    for (int64_t r = 0; r < sh.r; ++r)
+      for (int64_t q = 0; q < sh.s; ++q) {
+        if (same_grid && r == sh.pad && q == sh.pad) {
+          whole.push_back({r * sh.s + q, 0, 0, true});
+          continue;
+        }
+        for (int64_t a = 0; a < oh; ++a)
+          for (int64_t b = 0; b < ow; ++b) {
+            const int64_t i = a * sh.stride + r - sh.pad, j = b * sh.stride + q - sh.pad;
+            if (i >= 0 && i < sh.h && j >= 0 && j < sh.w)
+              single.push_back({r * sh.s + q, i * sh.w + j, a * ow + b, false});
+          }
+      }
+    products_ = whole;  // the all-pixel product first: it writes every pixel
+    products_.insert(products_.end(), single.begin(), single.end());
+    std::vector<bool> y_done(p_), dx_done(hw_), dw_done(sh.r * sh.s);
+    for (Product& g : products_) {
+      g.first_dw = !dw_done[g.tap];
+      dw_done[g.tap] = true;
+      if (g.all_pixels) {
+        g.first_y = g.first_dx = true;
+        y_done.assign(p_, true);
+        dx_done.assign(hw_, true);
+        continue;
+      }
+      g.first_y = !y_done[g.out];
+      g.first_dx = !dx_done[g.in];
+      y_done[g.out] = dx_done[g.in] = true;
+    }
+    for (bool done : y_done)
+      if (!done) throw std::logic_error("conv as GEMM: an output pixel that no tap meets");
+  }
+
   static float* f32(Tensor* t) { return static_cast<float*>(t->data); }
-  float* tap(Tensor* w, const Tap& t) { return f32(w) + t.index * c_ * k_; }
-  const float* x_rows(int64_t pixel) { return f32(x_nhwc_) + pixel * c_; }
+  float* tap(Tensor* w, int64_t t) { return f32(w) + t * c_ * k_; }
+  const float* x_nhwc() { return f32(x_nhwc_ ? x_nhwc_ : x_); }
 
   CpuBackend& be_;
   CpuTensor* x_;
   CpuTensor* dx_;
-  int64_t n_, c_, k_, hw_;
-  std::vector<Tap> taps_;
+  int64_t n_, c_, k_, hw_, p_;
+  std::vector<Product> products_;
   CpuTensor *x_nhwc_ = nullptr, *dy_t_ = nullptr, *dx_t_ = nullptr;
   Reorder gather_, transpose_dy_, scatter_;
 };
 
-// A 1x1 output whose [N, K] values fill a row-major matrix in the layout
-// the next op gets (channels a multiple of the block).
+// A small output: a 1x1 one whose [N, K] values fill a row-major matrix in
+// the layout the next op gets (channels a multiple of the block), or up to
+// kMaxGemmPixels pixels, written in NHWC.
 bool is_gemm_conv(const ConvShape& sh, const CpuTensor* x) {
-  return sh.out_h() == 1 && sh.out_w() == 1 && is_flat_nc(like_layout(x->md, {sh.n, sh.k, 1, 1}));
+  const int64_t pixels = sh.out_h() * sh.out_w();
+  if (pixels == 1) return is_flat_nc(like_layout(x->md, {sh.n, sh.k, 1, 1}));
+  return pixels <= kMaxGemmPixels;
 }
 
 }  // namespace

@@ -105,8 +105,31 @@ Activation make_activation(CpuBackend& be, int64_t n, int64_t c, int64_t h, int6
   return a;
 }
 
+// An NHWC activation and its gradient, as a convolution run as GEMMs (a
+// small output map) hands over.
+Activation make_nhwc_activation(CpuBackend& be, int64_t n, int64_t c, int64_t h, int64_t w) {
+  const dnnl::memory::desc md({n, c, h, w}, dnnl::memory::data_type::f32,
+                              dnnl::memory::format_tag::nhwc);
+  Activation a;
+  a.x = be.declare("x_nhwc", {n, c, h, w}, md, TensorRole::activation);
+  a.dx = be.declare("dx_nhwc", {n, c, h, w}, md, TensorRole::activation_grad);
+  return a;
+}
+
+// The three input layouts the ops see: the model input, oneDNN's blocked
+// layouts, NHWC.
+enum class In { plain, blocked, nhwc };
+Activation make_activation(CpuBackend& be, int64_t n, int64_t c, int64_t h, int64_t w, In in) {
+  if (in == In::nhwc) return make_nhwc_activation(be, n, c, h, w);
+  return make_activation(be, n, c, h, w, in == In::blocked);
+}
+
 std::string layout_of(const Tensor* t) {
-  return xrun::cpu::is_plain(xrun::cpu::as_cpu(t)->md) ? "plain" : "blocked";
+  const dnnl::memory::desc& md = xrun::cpu::as_cpu(t)->md;
+  if (xrun::cpu::is_plain(md)) return "plain";
+  const dnnl::memory::desc nhwc(md.dims(), dnnl::memory::data_type::f32,
+                                dnnl::memory::format_tag::nhwc);
+  return md == nhwc ? "nhwc" : "blocked";
 }
 
 // Per-channel offsets and scales, so batch statistics are not all alike.
@@ -158,16 +181,28 @@ TEST_CASE("cpu conv: forward, backward-data, backward-weights match the referenc
       {.n = 3, .c = 24, .h = 2, .w = 2, .k = 32, .r = 1, .s = 1, .stride = 2, .pad = 0},
       {.n = 2, .c = 16, .h = 2, .w = 2, .k = 16, .r = 3, .s = 3, .stride = 2, .pad = 1},
       {.n = 2, .c = 5, .h = 3, .w = 3, .k = 16, .r = 3, .s = 3, .stride = 1, .pad = 0},
-      // 3x3 on a 2x2 map (layer3 at 32x32): on AVX2 oneDNN 2.6 has only a
-      // reference backward-weights for it in blocked layouts; NHWC is used
+      // Up to 4 output pixels (layer3 at 32x32 and the convs into it): one
+      // GEMM per live tap and pixel, y in NHWC. A 3x3 on a 2x2 map (oneDNN
+      // 2.6 on AVX2 has only a reference backward-weights for it in blocked
+      // layouts); a 1x1 on a 2x2 map (one GEMM over all pixels); a 3x3 / 2
+      // and a 1x1 / 2 into a 2x2 map; a 1x4 row, odd channels
       {.n = 2, .c = 16, .h = 2, .w = 2, .k = 24, .r = 3, .s = 3, .stride = 1, .pad = 1},
+      {.n = 3, .c = 24, .h = 2, .w = 2, .k = 16, .r = 1, .s = 1, .stride = 1, .pad = 0},
+      {.n = 2, .c = 16, .h = 4, .w = 4, .k = 24, .r = 3, .s = 3, .stride = 2, .pad = 1},
+      {.n = 2, .c = 8, .h = 4, .w = 3, .k = 16, .r = 1, .s = 1, .stride = 2, .pad = 0},
+      {.n = 3, .c = 5, .h = 1, .w = 4, .k = 7, .r = 3, .s = 3, .stride = 1, .pad = 1},
+      // 9 output pixels: the direct convolution again
+      {.n = 2, .c = 16, .h = 3, .w = 3, .k = 16, .r = 3, .s = 3, .stride = 1, .pad = 1},
   };
   Rng rng(1234);
   for (const ConvShape& sh : shapes) {
-    for (bool blocked : {false, true}) {
-      if (!blocked && sh.c > kMaxInputChannels) continue;
+    for (In layout : {In::plain, In::blocked, In::nhwc}) {
+      if (layout == In::plain && sh.c > kMaxInputChannels) continue;
+      // NHWC comes only out of a conv with 4 output pixels or fewer, and
+      // goes only into convs whose output is no larger
+      if (layout == In::nhwc && sh.out_h() * sh.out_w() > 4) continue;
       CpuBackend be(test_threads(&sh == &shapes.front()));
-      Activation in = make_activation(be, sh.n, sh.c, sh.h, sh.w, blocked);
+      Activation in = make_activation(be, sh.n, sh.c, sh.h, sh.w, layout);
       auto conv = be.conv("conv", sh, in.x, in.dx);
       be.allocate();
       INFO("conv n" << sh.n << " c" << sh.c << " " << sh.h << "x" << sh.w << " -> k" << sh.k
@@ -204,14 +239,17 @@ TEST_CASE("cpu batch norm: training/inference forward, backward, running stats",
   struct Shape {
     int64_t n, c, h, w;
   };
-  const std::vector<Shape> shapes = {{3, 5, 7, 7}, {1, 24, 5, 3}, {2, 3, 4, 4}, {2, 16, 3, 3}};
+  // NHWC: C = 32 and 16 in blocks of 16 lanes, 24 in blocks of 8, 5 and 3
+  // as one block; a 1x1 map (layer4 at 32x32)
+  const std::vector<Shape> shapes = {{3, 5, 7, 7}, {1, 24, 5, 3}, {2, 3, 4, 4},
+                                     {2, 16, 3, 3}, {3, 32, 2, 2}, {4, 32, 1, 1}};
   Rng rng(99);
   for (const Shape& s : shapes) {
-    for (bool blocked : {false, true}) {
-      if (!blocked && s.c > kMaxInputChannels) continue;
+    for (In layout : {In::plain, In::blocked, In::nhwc}) {
+      if (layout == In::plain && s.c > kMaxInputChannels) continue;
       for (BnActivation act : {BnActivation::none, BnActivation::relu, BnActivation::add_relu}) {
         CpuBackend be(test_threads(&s == &shapes.front()));
-        Activation in = make_activation(be, s.n, s.c, s.h, s.w, blocked);
+        Activation in = make_activation(be, s.n, s.c, s.h, s.w, layout);
         Tensor* residual = nullptr;
         Tensor* d_residual = nullptr;
         if (act == BnActivation::add_relu) {
