@@ -187,13 +187,16 @@ bool is_flat_nc(const memory::desc& md) {
   return bk.inner_nblks == 1 && bk.inner_idxs[0] == 1 && bk.strides[1] == bk.inner_blks[0];
 }
 
-// x's layout family for another channel count (the output of a GEMM conv).
+// x's layout family for another channel count (the output of a GEMM conv):
+// its channel blocks, or NHWC for an unblocked x. (Not NCHW: the same bytes
+// at a 1x1 map, but oneDNN 2.6 runs the global average pooling after layer4
+// on NCHW in its simple_nchw kernel, 8x slower than its NHWC JIT kernel.)
 memory::desc like_layout(const memory::desc& x, const memory::dims& dims) {
   const auto& bk = x.data.format_desc.blocking;
   using tag = memory::format_tag;
   if (bk.inner_nblks == 1 && bk.inner_blks[0] == 16) return {dims, memory::data_type::f32, tag::nChw16c};
   if (bk.inner_nblks == 1 && bk.inner_blks[0] == 8) return {dims, memory::data_type::f32, tag::nChw8c};
-  return plain_md(dims);
+  return {dims, memory::data_type::f32, tag::nhwc};
 }
 
 // Row-major sgemm (oneDNN's, on the backend's threads); a failure is a bug.
