@@ -509,6 +509,7 @@ sqlite3* open_database(const std::string& path, int target_version) {
       throw;
     }
     validate(s, path);  // before anything writes to the file
+    check_objects(db, path, static_cast<int>(s.version));
     enable_wal(db, path);
     exec(db, path, "PRAGMA foreign_keys = ON");
     if (s.version < target_version) migrate(db, path, target_version);

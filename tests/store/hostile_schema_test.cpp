@@ -3,7 +3,8 @@
 // the migrations out of bounds) and a store whose run_summary or runs is a
 // recursive view of its own (found in review: `xrun runs` and `xrun merge`
 // never finished and grew without bound) are refused as StoreError when
-// opened for reading or merged; objects another program adds are accepted.
+// opened for reading or writing, or merged; objects another program adds are
+// accepted.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -37,6 +38,8 @@ const std::string kEndless =
 
 void expect_refused(const TempDir& dir, const std::string& path, const std::string& why) {
   CHECK_THROWS_WITH(Store(path, Store::Access::read_only), Contains(path) && Contains(why));
+  // Opened to write (xrun run --db): refused too, before anything is written.
+  CHECK_THROWS_WITH(Store(path), Contains(path) && Contains(why));
   const std::string out = dir.file("merged.db");
   CHECK_THROWS_WITH(merge_stores(out, {path}), Contains(path) && Contains(why));
   CHECK_FALSE(std::filesystem::exists(out));
