@@ -67,10 +67,7 @@ class CpuOptimizer final : public OptimizerOp {
 
   void set_step(const OptimizerStep& st) override {
     st_ = st;
-    // SGD's momentum buffers start as the first step's update; a step done
-    // layer by layer only marks that once it is complete.
-    momentum_started_ = momentum_started_ || started_this_step_;
-    started_this_step_ = false;
+    end_of_step();  // a step done layer by layer is complete when the next begins
   }
 
   void apply() override {
@@ -85,8 +82,7 @@ class CpuOptimizer final : public OptimizerOp {
       if (bad) return;
     }
     update(0, n);
-    momentum_started_ = momentum_started_ || started_this_step_;
-    started_this_step_ = false;
+    end_of_step();
   }
 
   bool per_layer() const override { return true; }
@@ -155,6 +151,13 @@ class CpuOptimizer final : public OptimizerOp {
                  s_.nesterov, !momentum_started_);
       started_this_step_ = started_this_step_ || mom != 0.0f;
     }
+  }
+
+  // SGD's momentum buffers start as the first step's update: once a step
+  // has begun them, later steps add to them.
+  void end_of_step() {
+    momentum_started_ = momentum_started_ || started_this_step_;
+    started_this_step_ = false;
   }
 
   size_t bytes() const { return be_.region_bytes(TensorRole::parameter); }
