@@ -61,6 +61,10 @@ class BatchNormOp {
   virtual void forward_train() = 0;
   virtual void forward_infer() = 0;  // running statistics, no update
   // From dy: dx, dgamma, dbeta and, for add_relu, the residual's gradient.
+  // dy is consumed: its contents afterwards are unspecified on every
+  // backend (the CUDA engine's unfused BN+ReLU masks it in place; the CPU
+  // engine masks as it reads). Whoever calls backward() again writes dy
+  // again first, as the model's backward pass does.
   virtual void backward() = 0;
   Tensor* y = nullptr;
   Tensor* dy = nullptr;

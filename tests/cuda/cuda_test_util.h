@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -23,6 +24,7 @@
 
 #include "engine/backend.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/torch_parity.h"
 
 namespace xrun::cudatest {
 
@@ -68,22 +70,34 @@ inline std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1,
   return v;
 }
 
+// `v` rounded (to nearest, ties to even) to what the precision stores
+// activations in: fp16 (11 significant bits, subnormals down to 2^-24) or
+// bf16 (8 significant bits); fp32 and tf32 store fp32. Inputs written so are
+// the same numbers on both backends: the comparison then sees only the
+// rounding inside the op, not that of its inputs (a ReLU input within
+// rounding of zero would otherwise fall on either side and move a whole
+// gradient term).
+inline std::vector<float> representable(std::vector<float> v, const std::string& precision) {
+  const int bits = precision == "fp16" ? 11 : precision == "bf16" ? 8 : 0;
+  if (bits == 0) return v;
+  for (float& x : v) {
+    if (x == 0 || !std::isfinite(x)) continue;
+    int e = 0;
+    std::frexp(x, &e);  // x = f 2^e, 0.5 <= |f| < 1
+    double spacing = std::ldexp(1.0, e - bits);
+    if (precision == "fp16") spacing = std::max(spacing, std::ldexp(1.0, -24));
+    x = static_cast<float>(std::nearbyint(x / spacing) * spacing);
+  }
+  return v;
+}
+
 inline std::vector<float> read(Backend& be, const Tensor* t) {
   std::vector<float> v(static_cast<size_t>(t->numel()));
   be.read(t, v);
   return v;
 }
 
-// NMSE = sum (gpu - cpu)^2 / sum cpu^2 (as ggml's test-backend-ops does).
-inline double nmse(const std::vector<float>& got, const std::vector<float>& want) {
-  double err = 0, ref = 0;
-  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    err += d * d;
-    ref += static_cast<double>(want[i]) * want[i];
-  }
-  return ref > 0 ? err / ref : err;
-}
+using testing::parity::nmse;  // NMSE = sum (gpu - cpu)^2 / sum cpu^2
 
 // Checks NMSE(gpu, cpu) <= threshold and records the comparison.
 inline void check_nmse(const std::vector<float>& gpu_values, const std::vector<float>& cpu_values,

@@ -20,6 +20,7 @@
 // new card; the table after the session lists them all.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <stdexcept>
@@ -54,6 +55,23 @@ Activation activation(Backend& be, int64_t n, int64_t c, int64_t h, int64_t w) {
   a.widen = be.conv("widen", {n, 8, h, w, c, 1, 1, 1, 0}, in, nullptr);
   a.x = a.widen->y;
   return a;
+}
+
+// `n` values in planes of `plane` (<= 256) elements, each plane a seeded
+// shuffle of k/128 for k = -128..127: exactly representable in fp16 and bf16
+// (at most 8 significant bits) and all distinct within a plane.
+std::vector<float> distinct_in_every_plane(int64_t n, int64_t plane, uint32_t seed) {
+  if (plane > 256 || n % plane != 0) throw std::logic_error("distinct_in_every_plane: bad plane");
+  std::vector<float> grid(256);
+  for (int k = 0; k < 256; ++k) grid[k] = static_cast<float>(k - 128) / 128.0f;
+  std::mt19937 g(seed);
+  std::vector<float> v;
+  v.reserve(static_cast<size_t>(n));
+  for (int64_t p = 0; p < n / plane; ++p) {
+    std::shuffle(grid.begin(), grid.end(), g);
+    v.insert(v.end(), grid.begin(), grid.begin() + plane);
+  }
+  return v;
 }
 
 }  // namespace
@@ -107,13 +125,16 @@ TEST_CASE("cuda batch norm: plain, +ReLU, +residual+ReLU, running stats, inferen
         const bool add = act == BnActivation::add_relu;
         auto bn = be.batch_norm("bn", x, dx, act, add ? r : nullptr, add ? dr : nullptr);
         be.allocate();
-        be.write(x, random_floats(x->numel(), 4, -2, 3));
-        be.write(r, random_floats(r->numel(), 5));
+        // Inputs the GPU stores exactly (representable): the add+ReLU's
+        // mask then differs only where the op's own output rounding moves
+        // a value across zero.
+        be.write(x, representable(random_floats(x->numel(), 4, -2, 3), p));
+        be.write(r, representable(random_floats(r->numel(), 5), p));
         be.write(bn->gamma, random_floats(32, 6, 0.5f, 1.5f));
         be.write(bn->beta, random_floats(32, 7, -0.5f, 0.5f));
         be.write(bn->running_mean, std::vector<float>(32, 0.0f));
         be.write(bn->running_var, std::vector<float>(32, 1.0f));
-        be.write(bn->dy, random_floats(x->numel(), 8));
+        be.write(bn->dy, representable(random_floats(x->numel(), 8), p));
         bn->forward_train();
         bn->forward_train();  // running statistics move twice
         bn->backward();
@@ -144,7 +165,13 @@ TEST_CASE("cuda pooling, fc and loss match the CPU", "[cuda]") {
       auto fc = be.linear("fc", avg->y, avg->dy, 10);
       auto loss = be.softmax_cross_entropy(fc->y, fc->dy);
       be.allocate();
-      be.write(x, random_floats(x->numel(), 9));
+      // Max pooling routes each window's gradient to its largest element:
+      // values that tie once rounded to fp16/bf16 would let cuDNN pick
+      // another element than the CPU's fp32 argmax (whole dy terms moved,
+      // about 19 of 24,576 windows in fp16 and 189 in bf16 with uniform
+      // draws). Every 16x16 plane is a shuffle of k/128, k = -128..127:
+      // exact in all four precisions and distinct within any window.
+      be.write(x, distinct_in_every_plane(x->numel(), 16 * 16, 9));
       be.write(fc->weight, random_floats(640, 10, -0.3f, 0.3f));
       be.write(fc->bias, random_floats(10, 11, -0.1f, 0.1f));
       be.write_labels(std::vector<int32_t>{0, 3, 9, 1, 4, 7});
@@ -182,12 +209,15 @@ TEST_CASE("cuda optimizer: AdamW and SGD steps, accumulation and the inf check",
         be.write(conv->weight, random_floats(conv->weight->numel(), 13, -0.2f, 0.2f));
         be.write(bn->gamma, std::vector<float>(16, 1.0f));
         be.write(bn->beta, std::vector<float>(16, 0.0f));
-        be.write(bn->dy, random_floats(bn->dy->numel(), 14));
-        // Two micro-batches accumulated, then three steps.
+        const std::vector<float> dy = random_floats(bn->dy->numel(), 14);
+        // Two micro-batches accumulated, then three steps. backward()
+        // consumes dy (BatchNormOp's contract: the CUDA engine's unfused
+        // BN+ReLU masks it in place), so it is written before every one.
         for (int step = 1; step <= 3; ++step) {
           for (int micro = 0; micro < 2; ++micro) {
             conv->forward();
             bn->forward_train();
+            be.write(bn->dy, dy);
             bn->backward();
             conv->backward_weights();
             micro == 0 ? opt->accumulate_begin() : opt->accumulate_add();

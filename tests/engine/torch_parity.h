@@ -57,6 +57,15 @@ constexpr double kFactor = 4.0;
 constexpr double kFloor = 1e-5;
 constexpr int kKinks = 2;
 
+// The fixed loss scale of the CUDA engine's fp16 parity runs
+// (tests/cuda/cuda_parity_test.cpp), which must never overflow: the CPU
+// resnet50 test checks that the largest step-1 gradient, scaled by it,
+// stays kFp16Headroom times below fp16's largest value. 1024 left 1.35x
+// (conv1.weight's gradient reaches 47.35: 48,483 scaled); 256 leaves 5.4x.
+constexpr float kFp16LossScale = 256.0f;
+constexpr double kFp16Max = 65504.0;
+constexpr double kFp16Headroom = 4.0;
+
 // The fixture file. XRUN_TEST_SOURCE_DIR overrides the source tree compiled
 // in: binaries built on one machine and run from another checkout (the GPU
 // bundle of scripts/device_bundle.sh; tests/gpu/check.sh sets it).
@@ -83,8 +92,14 @@ inline std::vector<float> read_tensor(Backend& be, const Tensor* t) {
 // `loss_scale` (a power of two; fp16 runs) scales the loss gradient as the
 // trainer's loss scaling does: the step divides it out and checks for
 // inf/NaN (an overflow fails here), the gradients visited are unscaled.
+// `unscale` (0: loss_scale) is what the step divides the gradients by and
+// the visited gradients are divided by: a negative control passes another
+// value to plant a gradient off by loss_scale / unscale, as a missing or
+// wrong unscaling would.
 template <class Visit>
-void run_fixture(Backend& be, const nlohmann::json& run, Visit&& visit, float loss_scale = 1.0f) {
+void run_fixture(Backend& be, const nlohmann::json& run, Visit&& visit, float loss_scale = 1.0f,
+                 float unscale = 0.0f) {
+  if (unscale == 0.0f) unscale = loss_scale;
   const std::string arch = run.at("arch");
   const int64_t n = run.at("batch"), size = run.at("image_size"), classes = run.at("classes");
   ModelSpec spec;
@@ -126,11 +141,11 @@ void run_fixture(Backend& be, const nlohmann::json& run, Visit&& visit, float lo
       for (const auto& [name, g] : ref.at("grads").items()) {
         REQUIRE(by_name.count(name));
         std::vector<float> grad = read_tensor(be, by_name[name]->grad);
-        for (float& v : grad) v /= loss_scale;
+        for (float& v : grad) v /= unscale;
         visit(at + " grad " + name, grad, g);
       }
-    const bool scaled = loss_scale != 1.0f;
-    opt->step({run.at("lr").get<double>(), static_cast<int64_t>(step) + 1, loss_scale, scaled});
+    const bool scaled = unscale != 1.0f;
+    opt->step({run.at("lr").get<double>(), static_cast<int64_t>(step) + 1, unscale, scaled});
     if (scaled) {
       INFO(at << ": a gradient overflowed with the loss scaled by " << loss_scale);
       REQUIRE_FALSE(opt->found_inf());
@@ -148,6 +163,42 @@ void run_fixture(Backend& be, const nlohmann::json& run, Visit&& visit, float lo
   CHECK(model.num_batches_tracked == static_cast<int64_t>(steps.size()));
   model.forward(false);
   visit(arch + " eval logits", read_tensor(be, model.logits()), run.at("eval_logits"));
+}
+
+// ---- The error budget of the reduced-precision CUDA comparisons ----------
+// (tests/cuda/cuda_parity_test.cpp explains it): a tensor on which PyTorch
+// fp32 was off by rel32 (relative L2) may be off by
+// (kFactor max(1, rel32 / u32) u_p + kFloor)^2 in NMSE at precision p; a
+// budget above kNmseCap cannot be judged.
+constexpr double kNmseCap = 0.25;
+
+inline double unit_roundoff(const std::string& precision) {
+  if (precision == "bf16") return std::ldexp(1.0, -8);
+  if (precision == "tf32" || precision == "fp16") return std::ldexp(1.0, -11);
+  return std::ldexp(1.0, -24);
+}
+
+inline double nmse_budget(double rel32, const std::string& precision) {
+  const double amplification = std::max(1.0, rel32 / unit_roundoff("fp32"));
+  const double rel = kFactor * amplification * unit_roundoff(precision) + kFloor;
+  return rel * rel;
+}
+
+// The budget of the fixture entry `ref` at `precision`.
+inline double nmse_budget(const nlohmann::json& ref, const std::string& precision) {
+  const double l2 = ref.at("l2"), e32 = ref.at("err32_l2");
+  return nmse_budget(l2 > 0 ? e32 / l2 : 0.0, precision);
+}
+
+// NMSE = sum (got - want)^2 / sum want^2 (as ggml's test-backend-ops does).
+inline double nmse(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    err += d * d;
+    ref += static_cast<double>(want[i]) * want[i];
+  }
+  return ref > 0 ? err / ref : err;
 }
 
 // What a parity run found: the tensors judged, the largest error as a
@@ -208,15 +259,22 @@ inline void check_against(const std::vector<float>& x, const nlohmann::json& ref
 }
 
 // One fixture run on `be`, judged by the rule; at most kKinks outliers.
-inline Result run_parity(Backend& be, const nlohmann::json& run) {
+// `also(what, values)` sees every judged tensor too.
+template <class Also>
+Result run_parity(Backend& be, const nlohmann::json& run, Also&& also) {
   Result result;
   run_fixture(be, run,
               [&](const std::string& what, const std::vector<float>& x, const nlohmann::json& ref) {
                 check_against(x, ref, what, result);
+                also(what, x);
               });
   for (const std::string& o : result.outliers) WARN("beyond the bound (a ReLU kink?): " << o);
   CHECK(result.outliers.size() <= static_cast<size_t>(kKinks));
   return result;
+}
+
+inline Result run_parity(Backend& be, const nlohmann::json& run) {
+  return run_parity(be, run, [](const std::string&, const std::vector<float>&) {});
 }
 
 }  // namespace xrun::testing::parity

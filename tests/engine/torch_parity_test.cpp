@@ -6,6 +6,11 @@
 // (shared with the CUDA engine's test, tests/cuda/cuda_parity_test.cpp).
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
 #include "engine/cpu/cpu_backend.h"
 #include "torch_parity.h"
 
@@ -21,5 +26,62 @@ TEST_CASE("CPU engine matches PyTorch on resnet18 over three SGD steps", "[parit
 TEST_CASE("CPU engine matches PyTorch on resnet50 over three SGD steps", "[parity]") {
   const nlohmann::json f = parity::load_fixture();
   cpu::CpuBackend be(0);
-  parity::run_parity(be, f.at("runs").at(1));
+  // The CUDA fp16 parity run scales this run's loss by kFp16LossScale and
+  // fails on any overflow: the largest gradient, scaled, must keep
+  // kFp16Headroom below fp16's largest value.
+  double largest = 0;
+  std::string where;
+  parity::run_parity(be, f.at("runs").at(1),
+                     [&](const std::string& what, const std::vector<float>& x) {
+                       if (what.find(" grad ") == std::string::npos) return;
+                       for (float v : x)
+                         if (std::fabs(v) > largest) largest = std::fabs(v), where = what;
+                     });
+  INFO("largest step-1 gradient " << largest << " (" << where << "), scaled by "
+                                  << parity::kFp16LossScale);
+  CHECK(largest > 0);
+  CHECK(largest * parity::kFp16LossScale * parity::kFp16Headroom <= parity::kFp16Max);
+}
+
+// A negative control for the CUDA engine's reduced-precision comparison
+// (tests/cuda/cuda_parity_test.cpp), which runs only on a GPU: the same
+// comparison, run here between the CPU engine and the CPU engine with every
+// gradient doubled (the loss scaled by 2 and never divided out: a broken
+// fp16 unscaling), must reject some judged tensor by the fp16 budget. A
+// budget loose enough to accept that would accept a broken GPU engine.
+TEST_CASE("the fp16 error budget of the CUDA comparison rejects gradients off by 2x",
+          "[parity]") {
+  const nlohmann::json f = parity::load_fixture();
+  for (int run_index : {0, 1}) {
+    const nlohmann::json& run = f.at("runs").at(run_index);
+    std::map<std::string, std::vector<float>> want;
+    std::map<std::string, double> budget;
+    {
+      cpu::CpuBackend be(0);
+      parity::run_fixture(be, run,
+                          [&](const std::string& what, const std::vector<float>& x,
+                              const nlohmann::json& ref) {
+                            want[what] = x;
+                            budget[what] = parity::nmse_budget(ref, "fp16");
+                          });
+    }
+    int judged = 0, rejected = 0;
+    std::string first_rejected;
+    cpu::CpuBackend be(0);
+    parity::run_fixture(
+        be, run,
+        [&](const std::string& what, const std::vector<float>& x, const nlohmann::json&) {
+          if (budget.at(what) > parity::kNmseCap) return;
+          ++judged;
+          if (parity::nmse(x, want.at(what)) > budget.at(what)) {
+            if (!rejected++) first_rejected = what;
+          }
+        },
+        2.0f, 1.0f);
+    INFO(run.at("arch").get<std::string>() << ": " << rejected << " of " << judged
+                                           << " judged tensors rejected; first: "
+                                           << first_rejected);
+    CHECK(judged > 0);
+    CHECK(rejected > 0);
+  }
 }
