@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <cupti.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -59,6 +60,17 @@ std::string describe(cudaError_t err) {
   return std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
 }
 
+// The file the function at `f` was loaded from, symbolic links resolved
+// ("" when unknown).
+std::string library_file(const void* f) {
+  Dl_info info{};
+  if (!f || !dladdr(f, &info) || !info.dli_fname) return "";
+  char* real = realpath(info.dli_fname, nullptr);
+  const std::string path = real ? real : info.dli_fname;
+  std::free(real);
+  return path;
+}
+
 }  // namespace
 
 CudaInfo query_cuda() {
@@ -84,8 +96,14 @@ CudaInfo query_cuda() {
     info.cublas_loaded = major * 10000 + minor * 100 + patch;
   info.cupti_api_compiled = CUPTI_API_VERSION;
   uint32_t cupti = 0;  // CUPTI is loaded at run time: it may be absent (tracing is then off)
-  if (const profiler::CuptiApi* api = profiler::cupti_api())
+  if (const profiler::CuptiApi* api = profiler::cupti_api()) {
     if (api->get_version(&cupti) == CUPTI_SUCCESS) info.cupti_api_loaded = static_cast<int>(cupti);
+    info.cupti_library = library_file(reinterpret_cast<const void*>(api->get_version));
+  }
+  // By name, not by address: the address of a function the executable
+  // calls can be a stub inside the executable itself.
+  info.cudnn_library = library_file(dlsym(RTLD_DEFAULT, "cudnnGetVersion"));
+  info.cublas_library = library_file(dlsym(RTLD_DEFAULT, "cublasGetProperty"));
 
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);

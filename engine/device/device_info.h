@@ -55,6 +55,10 @@ struct CudaInfo {
   int cudnn_compiled = 0, cudnn_loaded = 0;            // CUDNN_VERSION form: 91900
   int cublas_compiled = 0, cublas_loaded = 0;          // major*10000+minor*100+patch: 130100
   int cupti_api_compiled = 0, cupti_api_loaded = 0;    // CUPTI_API_VERSION: 130001
+  // The files those versions came from, as the dynamic loader resolved them
+  // ("/usr/lib/x86_64-linux-gnu/libcudnn.so.9.19.0"; "" when not loaded): a
+  // GPU machine's cuDNN may be a Python wheel's, older than the headers.
+  std::string cudnn_library, cublas_library, cupti_library;
   std::vector<GpuInfo> gpus;
 };
 

@@ -38,6 +38,9 @@ std::string loaded_vs_compiled(const std::string& loaded, const std::string& com
   return loaded + " (built with " + compiled + ": the versions differ)";
 }
 
+// ", from FILE" for a library's line, "" when the file is unknown.
+std::string from(const std::string& file) { return file.empty() ? "" : ", from " + file; }
+
 // Why "cuda" cannot be used, or "" when a GPU is usable.
 std::string cuda_unusable_reason(const CudaInfo& cuda) {
   if (!cuda.compiled_with_cuda) return cuda.status;
@@ -70,9 +73,10 @@ nlohmann::json to_json(const CudaInfo& cuda, const CpuInfo& cpu) {
                     {"fp16_tensor_cores", g.fp16_tensor_cores},
                     {"kernels_supported", g.kernels_supported}});
   }
-  auto lib = [](int compiled, int loaded, const std::string& compiled_s, const std::string& loaded_s) {
+  auto lib = [](int compiled, int loaded, const std::string& compiled_s, const std::string& loaded_s,
+                const std::string& file) {
     return json{{"compiled", compiled}, {"loaded", loaded}, {"compiled_version", compiled_s},
-                {"loaded_version", loaded_s}};
+                {"loaded_version", loaded_s}, {"library", file}};
   };
   json j;
   j["xrun"] = {{"version", XRUN_VERSION}, {"git_commit", XRUN_GIT_COMMIT}};
@@ -90,13 +94,13 @@ nlohmann::json to_json(const CudaInfo& cuda, const CpuInfo& cpu) {
                {"device_count_error", cuda.device_count_error},
                {"architectures", cuda.cuda_architectures},
                {"cudnn", lib(cuda.cudnn_compiled, cuda.cudnn_loaded, format_cudnn_version(cuda.cudnn_compiled),
-                             format_cudnn_version(cuda.cudnn_loaded))},
+                             format_cudnn_version(cuda.cudnn_loaded), cuda.cudnn_library)},
                {"cublas", lib(cuda.cublas_compiled, cuda.cublas_loaded,
                               format_cublas_version(cuda.cublas_compiled),
-                              format_cublas_version(cuda.cublas_loaded))},
+                              format_cublas_version(cuda.cublas_loaded), cuda.cublas_library)},
                {"cupti_api", lib(cuda.cupti_api_compiled, cuda.cupti_api_loaded,
                                  std::to_string(cuda.cupti_api_compiled),
-                                 std::to_string(cuda.cupti_api_loaded))}};
+                                 std::to_string(cuda.cupti_api_loaded), cuda.cupti_library)}};
   j["gpus"] = std::move(gpus);
   j["cpu"] = {{"model", cpu.model},
               {"logical_cores", cpu.logical_cores},
@@ -133,15 +137,15 @@ void print_text(std::ostream& out, const CudaInfo& cuda, const CpuInfo& cpu,
           << format_cuda_version(cuda.driver_version) << "; update the driver)\n";
     out << "cuDNN:          "
         << loaded_vs_compiled(format_cudnn_version(cuda.cudnn_loaded), format_cudnn_version(cuda.cudnn_compiled))
-        << "\n";
+        << from(cuda.cudnn_library) << "\n";
     out << "cuBLAS:         "
         << loaded_vs_compiled(format_cublas_version(cuda.cublas_loaded),
                               format_cublas_version(cuda.cublas_compiled))
-        << "\n";
+        << from(cuda.cublas_library) << "\n";
     out << "CUPTI API:      "
         << loaded_vs_compiled(cuda.cupti_api_loaded > 0 ? std::to_string(cuda.cupti_api_loaded) : "",
                               std::to_string(cuda.cupti_api_compiled))
-        << "\n";
+        << from(cuda.cupti_library) << "\n";
     out << "CUDA kernels:   built for " << (cuda.cuda_architectures.empty() ? "?" : cuda.cuda_architectures)
         << "\n";
   }

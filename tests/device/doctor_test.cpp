@@ -2,6 +2,7 @@
 // exit codes for --require; holds with and without a GPU.
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -103,6 +104,21 @@ TEST_CASE("doctor JSON report", "[device]") {
   CHECK(j.at("cuda").at("status") == cuda.status);
   CHECK(j.at("cuda").at("compiled_with_cuda") == cuda.compiled_with_cuda);
   CHECK(j.at("cuda").at("cudnn").at("loaded") == cuda.cudnn_loaded);
+  // Which files were loaded: cuDNN and cuBLAS are linked (their versions
+  // need no driver), so a CUDA build names both, as real files.
+  for (const char* lib : {"cudnn", "cublas", "cupti_api"}) {
+    const std::string file = j.at("cuda").at(lib).at("library");
+    INFO(lib << " library: " << file);
+    if (file.empty()) {
+      CHECK((!cuda.compiled_with_cuda || std::string(lib) == "cupti_api"));
+      continue;
+    }
+    CHECK(file.front() == '/');
+    CHECK(std::ifstream(file).good());
+    CHECK(file.find(std::string("lib") + (std::string(lib) == "cupti_api" ? "cupti" : lib)) !=
+          std::string::npos);
+  }
+  if (cuda.compiled_with_cuda) CHECK_FALSE(cuda.cudnn_library.empty());
   CHECK(j.at("cuda").at("driver_version") == cuda.driver_version);
   CHECK(j.at("host") == hostname());
   CHECK(j.at("ok") == true);
