@@ -2,7 +2,8 @@
 // CUPTI's functions come through cupti_api (loaded at run time). CUPTI asks for buffers and hands them back full on its own thread; they
 // wait in a list (under a mutex, no CUDA calls there) until flush(), which
 // the training thread calls after a device synchronisation, decodes them
-// into the ActivityLog (profiler/cupti_records.cpp) and frees them. Any
+// into the ActivityLog (profiler/cupti_records.cpp) and frees them (forced
+// flushes: see flush()). Any
 // CUPTI failure at start means "tracing off" with CUPTI's own message.
 #include <cupti.h>
 #include <sys/syscall.h>
@@ -118,8 +119,13 @@ class CuptiCapture final : public ActivityCapture {
     uint64_t last = 0;
     api().activity_pop_external_correlation_id(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
   }
+  // Forced: a default flush (flag 0) returns no buffer that holds an
+  // incomplete record, so one record still in flight would hold back the
+  // whole step's buffer (to be decoded into a later step, or never). A
+  // forced flush returns every buffer; decode_activity skips the records
+  // not yet complete.
   void flush(ActivityLog& log) override {
-    api().activity_flush_all(0);
+    api().activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     std::vector<Completed> done;
     {
       std::lock_guard<std::mutex> lock(g_mu);

@@ -42,11 +42,18 @@ HostMemory host_memory(CopyDirection direction, uint8_t src_kind, uint8_t dst_ki
   }
 }
 
+namespace {
+// A forced flush also delivers records of work still in flight, whose
+// timestamps are not filled in yet (0): such a record times nothing.
+bool complete(uint64_t start, uint64_t end) { return start != 0 && end >= start; }
+}  // namespace
+
 bool decode_activity(const CUpti_Activity* record, ActivityLog& log, const ApiNamer& api_name) {
   switch (record->kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+      if (!complete(k->start, k->end)) return false;
       // The name belongs to CUPTI and dies with the buffer: copy it.
       log.add(KernelActivity{k->name ? k->name : "?", k->start, k->end, k->streamId,
                              k->correlationId});
@@ -54,6 +61,7 @@ bool decode_activity(const CUpti_Activity* record, ActivityLog& log, const ApiNa
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+      if (!complete(m->start, m->end)) return false;
       const CopyDirection d = copy_direction(m->copyKind);
       log.add(CopyActivity{d, host_memory(d, m->srcKind, m->dstKind), m->bytes, m->start, m->end,
                            m->streamId, m->correlationId});
@@ -61,6 +69,7 @@ bool decode_activity(const CUpti_Activity* record, ActivityLog& log, const ApiNa
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+      if (!complete(m->start, m->end)) return false;
       log.add(CopyActivity{CopyDirection::memset, HostMemory::device, m->bytes, m->start, m->end,
                            m->streamId, m->correlationId});
       return true;
@@ -68,6 +77,7 @@ bool decode_activity(const CUpti_Activity* record, ActivityLog& log, const ApiNa
     case CUPTI_ACTIVITY_KIND_RUNTIME:
     case CUPTI_ACTIVITY_KIND_DRIVER: {
       const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+      if (!complete(a->start, a->end)) return false;
       const bool runtime = record->kind == CUPTI_ACTIVITY_KIND_RUNTIME;
       log.add(ApiActivity{api_name ? api_name(runtime, a->cbid) : std::string(),
                           a->start, a->end, a->threadId, a->correlationId});

@@ -537,7 +537,12 @@ void CudaBackend::consume_staged_batch(std::span<const float> mean, std::span<co
   CUDA_CHECK(cudaEventRecord(consumed_, stream_));
 }
 
-void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+// Both streams: the next batch's copy (staged on the copy stream during the
+// step) is done too, so a CUPTI flush after this sees no record in flight.
+void CudaBackend::synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+}
 
 void CudaBackend::profiler_start() { CUDA_CHECK(cudaProfilerStart()); }
 void CudaBackend::profiler_stop() { CUDA_CHECK(cudaProfilerStop()); }

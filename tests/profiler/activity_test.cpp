@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 
 #include "profiler/activity.h"
 #include "profiler/activity_capture.h"
@@ -423,4 +424,93 @@ TEST_CASE("CUPTI without a GPU: capture does not start and says why", "[profiler
   CHECK_FALSE(why.empty());
   INFO(why);
   CHECK((why.find("CUPTI") != std::string::npos));
+}
+
+// A fuller stand-in: CUPTI's buffer protocol. A default flush (flag 0)
+// returns no buffer that holds an incomplete record (as CUPTI documents);
+// a forced flush returns it, with the in-flight record's timestamps still 0.
+namespace fake_cupti_buffers {
+CUpti_BuffersCallbackRequestFunc request = nullptr;
+CUpti_BuffersCallbackCompleteFunc complete = nullptr;
+std::vector<uint32_t> flush_flags;
+std::string kernel_name = "_Z6kernelv";
+CUptiResult register_callbacks(CUpti_BuffersCallbackRequestFunc r,
+                               CUpti_BuffersCallbackCompleteFunc c) {
+  request = r;
+  complete = c;
+  return CUPTI_SUCCESS;
+}
+CUptiResult set_thread_id_type(CUpti_ActivityThreadIdType) { return CUPTI_SUCCESS; }
+CUptiResult enable(CUpti_ActivityKind) { return CUPTI_SUCCESS; }
+CUptiResult dropped(CUcontext, uint32_t, size_t* n) {
+  *n = 0;
+  return CUPTI_SUCCESS;
+}
+// The buffer holds a finished kernel and a copy still in flight.
+CUptiResult flush_all(uint32_t flag) {
+  flush_flags.push_back(flag);
+  if (!(flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)) return CUPTI_SUCCESS;
+  uint8_t* buffer = nullptr;
+  size_t size = 0, max_records = 0;
+  request(&buffer, &size, &max_records);
+  REQUIRE(size >= sizeof(CUpti_ActivityKernel10) + sizeof(CUpti_ActivityMemcpy6));
+  CUpti_ActivityKernel10 k{};
+  k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  k.start = 2'000'000;
+  k.end = 2'500'000;
+  k.correlationId = 7;
+  k.name = kernel_name.c_str();
+  CUpti_ActivityMemcpy6 m{};
+  m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+  m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
+  m.bytes = 1 << 20;
+  m.correlationId = 8;  // start and end still 0: in flight
+  std::memcpy(buffer, &k, sizeof k);
+  std::memcpy(buffer + sizeof k, &m, sizeof m);
+  complete(nullptr, 0, buffer, size, sizeof k + sizeof m);
+  return CUPTI_SUCCESS;
+}
+// Records laid end to end: the kernel, then the copy.
+CUptiResult next_record(uint8_t* buffer, size_t valid, CUpti_Activity** record) {
+  uint8_t* at = *record == nullptr ? buffer
+                                   : reinterpret_cast<uint8_t*>(*record) +
+                                         ((*record)->kind == CUPTI_ACTIVITY_KIND_MEMCPY
+                                              ? sizeof(CUpti_ActivityMemcpy6)
+                                              : sizeof(CUpti_ActivityKernel10));
+  if (at >= buffer + valid) return CUPTI_ERROR_MAX_LIMIT_REACHED;
+  *record = reinterpret_cast<CUpti_Activity*>(at);
+  return CUPTI_SUCCESS;
+}
+}  // namespace fake_cupti_buffers
+
+TEST_CASE("CUPTI capture: a step's flush is forced and decodes only complete records",
+          "[profiler][activity][cupti]") {
+  // What it guards: with a default flush, a buffer that also holds a record
+  // still in flight (the next batch's copy on the copy stream) never came
+  // back, so the traced step showed no kernel at all.
+  namespace f = fake_cupti_buffers;
+  CuptiApi api{};
+  api.set_thread_id_type = f::set_thread_id_type;
+  api.activity_register_callbacks = f::register_callbacks;
+  api.activity_enable = f::enable;
+  api.activity_disable = f::enable;
+  api.activity_flush_all = f::flush_all;
+  api.activity_get_next_record = f::next_record;
+  api.activity_get_num_dropped_records = f::dropped;
+  std::string why;
+  auto capture = start_cupti_capture(api, why);
+  INFO(why);
+  REQUIRE(capture != nullptr);
+  RangePaths paths;
+  ActivityLog log(&paths);
+  capture->flush(log);
+  REQUIRE_FALSE(f::flush_flags.empty());
+  CHECK((f::flush_flags.back() & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0);
+  log.close_step(1'000'000, 3'000'000, false, 0, 0);
+  REQUIRE(log.step_activity().size() == 1);
+  const StepActivity& step = log.step_activity()[0];
+  CHECK(step.gpu_busy_ms == Approx(0.5));  // the kernel
+  REQUIRE(log.kernels().size() == 1);
+  CHECK(log.kernels()[0].calls == 1);
+  CHECK(log.copies().empty());  // the in-flight copy is not counted
 }
