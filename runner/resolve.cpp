@@ -5,6 +5,7 @@
 // the rules that join several keys, and the device rules, are checked.
 #include <stdexcept>
 
+#include "core/resnet_shapes.h"
 #include "engine/data/dataset.h"
 #include "runner/config_schema.h"
 #include "runner/experiment_detail.h"
@@ -160,6 +161,11 @@ class Resolver {
     if (get("train.cuda_graphs") == true && get("train.accumulate") != 1)
       rule("train.cuda_graphs", "cuda_graphs records one whole step: it needs train.accumulate = 1",
            true);
+    if (get("train.batch_size").is_number_integer() && get("data.image_size").is_number_integer()) {
+      const std::string problem = resnet_training_shape_problem(
+          get("train.batch_size").get<int64_t>(), get("data.image_size").get<int64_t>());
+      if (!problem.empty()) rule("train.batch_size", problem, true);
+    }
     if (get("train.per_layer_update") == true) {
       if (device != "cpu")
         rule("train.per_layer_update",

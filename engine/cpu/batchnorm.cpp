@@ -340,9 +340,8 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
         geo_(geometry_of(x->md, name)) {
     if (x->dtype != DType::f32) throw std::logic_error(name + ": batch norm needs fp32");
     if (dx && !(dx->md == x->md)) throw std::logic_error(name + ": dx layout differs from x");
-    if (act == BnActivation::add_relu &&
-        (!residual || !d_residual || !(residual->md == x->md) || !(d_residual->md == x->md)))
-      throw std::logic_error(name + ": residual missing or of another layout");
+    if (act == BnActivation::add_relu && (!residual || !d_residual))
+      throw std::logic_error(name + ": add_relu needs the residual and its gradient");
     const int64_t c = geo_.c, cp = geo_.padded_c();
     count_ = geo_.n * geo_.hw;
     const memory::desc vec = plain_md({c});
@@ -358,10 +357,27 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
     batch_stats_ = be.declare(name + ".batch_stats", {4 * cp}, plain_md({4 * cp}),
                               TensorRole::workspace);
     be.need_scratchpad(plain_md({2 * 2 * cp + 6 * cp}));  // see sums()
+    // A residual in another layout than x (an identity shortcut from a
+    // blocked max pool into a block whose convolutions hand over NHWC:
+    // resnet18/34's layer1 on 2x2 maps) is read through a copy in x's
+    // layout, and its gradient written back through one.
+    if (act == BnActivation::add_relu) {
+      residual_in_.make(be.engine(), residual->md, x->md);
+      d_residual_out_.make(be.engine(), x->md, d_residual->md);
+      if (residual_in_.needed)
+        residual_copy_ = be.declare(name + ".residual_in_x_layout", x->dims, x->md,
+                                    TensorRole::activation);
+      if (d_residual_out_.needed)
+        d_residual_copy_ = be.declare(name + ".d_residual_in_x_layout", x->dims, x->md,
+                                      TensorRole::activation_grad);
+    }
     be.register_op(this);
   }
 
-  void bind() override {}
+  void bind() override {
+    if (residual_copy_) residual_in_.bind(residual_->mem, residual_copy_->mem);
+    if (d_residual_copy_) d_residual_out_.bind(d_residual_copy_->mem, d_residual_->mem);
+  }
 
   // Each channel block is finished by one thread, statistics to output,
   // while its data is still in cache.
@@ -374,6 +390,7 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
     float* shift = k + 5 * cp;  // a value of each channel: sums of x - shift
     double* s1 = sums();
     double* s2 = s1 + cp;
+    residual_in_.run(be_.stream());
     each_block([&](int64_t b) {
       const int64_t l = b * g.lanes, o = g.offset(0, b);
       for (int64_t ch = l; ch < l + g.lanes; ++ch) shift[ch] = x[o + ch - l];
@@ -400,6 +417,7 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
       shifted_beta[ch] = real ? bt[ch] : 0;
     }
     const ApplyCoef coef{hi, lo, scale, shifted_beta};
+    residual_in_.run(be_.stream());
     each_block([&](int64_t b) {
       const int64_t o = geo_.offset(0, b);
       apply_block(act_, span(), f32(x_) + o, residual_input(o), f32(y) + o,
@@ -423,6 +441,7 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
       for (int64_t ch = l; ch < l + g.lanes; ++ch) finish_gradients(ch);
       grad_input_block(act_, span(), grad_block(b), coef.at(l));
     });
+    d_residual_out_.run(be_.stream());
   }
 
  private:
@@ -475,8 +494,8 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
   GradBlock grad_block(int64_t b) {
     const int64_t o = geo_.offset(0, b);
     const bool add = act_ == BnActivation::add_relu;
-    return {f32(x_) + o, f32(y) + o, f32(dy) + o, add ? f32(d_residual_) + o : nullptr,
-            f32(dx_) + o};
+    CpuTensor* dres = d_residual_copy_ ? d_residual_copy_ : d_residual_;
+    return {f32(x_) + o, f32(y) + o, f32(dy) + o, add ? f32(dres) + o : nullptr, f32(dx_) + o};
   }
   // Scratch, per channel: two sums in double (s1, then s2), then six floats:
   // five coefficients (hi, lo, then scale and beta for y or a, k1, k2 for
@@ -496,7 +515,8 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
   }
 
   const float* residual_input(int64_t offset) {
-    return act_ == BnActivation::add_relu ? f32(residual_) + offset : nullptr;
+    if (act_ != BnActivation::add_relu) return nullptr;
+    return f32(residual_copy_ ? residual_copy_ : residual_) + offset;
   }
 
   CpuBackend& be_;
@@ -508,6 +528,10 @@ class CpuBatchNorm final : public BatchNormOp, public CpuOp {
   Geometry geo_;
   int64_t count_ = 1;  // values per channel: N*H*W
   CpuTensor* batch_stats_ = nullptr;
+  // The residual and its gradient in x's layout, where theirs differs.
+  Reorder residual_in_, d_residual_out_;
+  CpuTensor* residual_copy_ = nullptr;
+  CpuTensor* d_residual_copy_ = nullptr;
 };
 
 }  // namespace

@@ -16,6 +16,8 @@
 #include <random>
 #include <stdexcept>
 
+#include "core/resnet_shapes.h"
+
 namespace xrun {
 
 struct ResNet::Conv {
@@ -90,6 +92,7 @@ static ConvShape conv_shape(const Tensor* x, int64_t k, int64_t ksize, int64_t s
 ResNet::ResNet(Backend& backend, const ModelSpec& spec) : backend_(backend), spec_(spec) {
   const ResNetLayout layout = resnet_layout(spec.arch);
   if (spec.num_classes < 1) throw std::invalid_argument("num_classes must be >= 1");
+  training_problem_ = resnet_training_shape_problem(spec.batch, spec.image_size);
   const int expansion = layout.bottleneck ? 4 : 1;
 
   input_ = backend_.input(spec.batch, spec.channels, spec.image_size, spec.image_size);
@@ -241,6 +244,7 @@ struct HookScope {
 }  // namespace
 
 void ResNet::forward(bool training) {
+  if (training && !training_problem_.empty()) throw std::invalid_argument(training_problem_);
   auto bn_forward = [&](BN& b) {
     HookScope s(hooks_, b.name);
     training ? b.op->forward_train() : b.op->forward_infer();

@@ -86,6 +86,7 @@ class ResNet {
 
   Backend& backend_;
   ModelSpec spec_;
+  std::string training_problem_;  // why forward(true) cannot run, "" when it can
   LayerHooks hooks_;
   Tensor* input_ = nullptr;
   std::unique_ptr<Conv> conv1_;

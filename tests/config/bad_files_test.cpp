@@ -198,6 +198,18 @@ TEST_CASE("more error cases from text", "[config][errors]") {
     CHECK(e.key == "train.per_layer_update");
     CHECK_THAT(e.what(), Catch::Contains("needs train.accumulate = 1"));
   }
+  SECTION("batch norm over one value per channel") {
+    // resnet50 at 32x32 has 1x1 maps in layer4: batch 1 would train on
+    // zero-variance statistics (PyTorch refuses it too).
+    auto e = error_of("name = \"t\"\n[data]\nimage_size = 32\n[train]\nbatch_size = 1\n");
+    CHECK(e.key == "train.batch_size");
+    CHECK_THAT(e.what(), Catch::Contains("1 value per channel (batch 1, 1x1 maps from 32x32"));
+    // Batch 2 there, and batch 1 on 33x33 (2x2 maps), are fine.
+    CHECK_NOTHROW(plan_text("name = \"t\"\n[data]\nimage_size = 32\n[train]\nbatch_size = 2\n",
+                            cpu_options()));
+    CHECK_NOTHROW(plan_text("name = \"t\"\n[data]\nimage_size = 33\n[train]\nbatch_size = 1\n",
+                            cpu_options()));
+  }
   SECTION("batch_size auto on the CPU") {
     auto e = error_of("name = \"t\"\n[train]\nbatch_size = \"auto\"\n");
     CHECK(e.key == "train.batch_size");
