@@ -300,7 +300,10 @@ size_t key_index(const std::vector<std::string>& keys, const std::string& key) {
 bool in_step(const PhaseRecord& p) { return is_step_phase_name(p.phase); }
 
 // One bar of a run's phase times per step: host (gpu = false) time over the
-// measured steps, or device time over the CUPTI-traced steps.
+// measured steps, or device time over the CUPTI-traced steps. Means (the
+// stored phase totals over the step count), outliers included: the bar can
+// be longer than the run's median step, so it says mean, and its tips give
+// the median beside it.
 StackedBar phase_bar(const ReportRun& r, const std::vector<std::string>& keys, bool gpu) {
   StackedBar b{gpu ? r.name + " · GPU" : r.name, std::vector<double>(keys.size(), 0.0),
                std::vector<std::string>(keys.size())};
@@ -316,7 +319,8 @@ StackedBar phase_bar(const ReportRun& r, const std::vector<std::string>& keys, b
     const double ms = (gpu ? p.gpu_ms : p.host_ms) * per_step;
     b.values[k] = ms;
     b.tips[k] = r.name + " " + p.phase + (gpu ? " (GPU): " : ": ") + short_number(ms) +
-                " ms per step, " + short_number(total > 0 ? 100.0 * ms / total : 0.0) + "%";
+                " ms per step (mean), " + short_number(total > 0 ? 100.0 * ms / total : 0.0) +
+                "%; the median step took " + short_number(s.step_ms_median) + " ms";
   }
   return b;
 }
@@ -330,8 +334,8 @@ bool has_gpu_times(const ReportRun& r) {
 
 std::string phases(const ReportData& data) {
   StackedBarChart c;
-  c.title = "Time per step, by phase";
-  c.value_label = "time per step (ms)";
+  c.title = "Mean time per step, by phase";
+  c.value_label = "mean time per step (ms)";
   c.value_unit = " ms";
   c.keys = phase_keys(data);
   for (const ReportRun& r : data.runs) {
@@ -339,7 +343,9 @@ std::string phases(const ReportData& data) {
     c.bars.push_back(phase_bar(r, c.keys, false));
     if (has_gpu_times(r)) c.bars.push_back(phase_bar(r, c.keys, true));
   }
-  c.note = "Host wall time per measured step (eval and checkpoint, between epochs, left out)";
+  c.note = "Mean host wall time per measured step, outliers included, so a bar can be longer "
+           "than the median step the summary gives (eval and checkpoint, between epochs, left "
+           "out)";
   c.note += std::any_of(data.runs.begin(), data.runs.end(), has_gpu_times)
                 ? "; \"GPU\" bars: kernel and copy time per CUPTI-traced step."
                 : ".";

@@ -124,6 +124,10 @@ TEST_CASE("every chart's data marks match what the store holds", "[report]") {
   const std::string phases = section(html, "phases");
   CHECK(count(phases, "class=\"mark segment\"") == h.phase_segments);
   CHECK(count(phases, " · GPU<") == runs / 2);
+  // The bars are means (outliers in): they say so, with the median beside.
+  CHECK_THAT(phases, Catch::Contains("Mean time per step, by phase"));
+  CHECK(count(phases, "ms per step (mean)") == h.phase_segments);
+  CHECK(count(phases, "the median step took") == h.phase_segments);
 
   // Kernels: a chart per run with its top 10.
   const std::string kernels = section(html, "kernels");
