@@ -1,35 +1,49 @@
 #!/usr/bin/env bash
 # tests/gpu/check.sh: every GPU check in one go, for a machine with an NVIDIA
 # GPU (a lent one is short-lived: this runs all of it from one command; each
-# stage has a time limit, 30 + 210 + 150 + 75 s: about 8 minutes at worst):
-#   1. setup   the binaries (the bundle in .device/, else ./build) and the
-#              CUDA libraries they load
-#   2. doctor  xrun doctor --require cuda (driver, CUDA, cuDNN, cuBLAS,
-#              CUPTI, GPU); without a usable GPU it stops here, exit 1
-#   3. tests   tests/cuda: every CUDA op, the optimizers, gradient
-#              accumulation and the input path against the CPU engine in
-#              fp32/tf32/fp16/bf16, and whole resnet18/resnet50 steps against
-#              PyTorch float64 (fp32) or the error budget (the others), ending
-#              with a table of every comparison (error, threshold, verdict)
-#   4. smoke   experiments/gpu-smoke.toml cut to 12 steps a run: each
-#              precision x cudnn benchmark, then its table
-#   5. cupti   one of those runs again (fp16, benchmark on) with
-#              profile.cupti = "trace", pinned overlapped input and device
-#              augmentation: kernels, copies, CUPTI overhead, the GPU trace
+# stage has a time limit, 30 + 200 + 120 + 60 + 90 s: under 9 minutes at
+# worst):
+#   1. setup    the binaries (the bundle in .device/, else ./build) and the
+#               CUDA libraries they load
+#   2. doctor   xrun doctor --require cuda (driver, CUDA, and which cuDNN,
+#               cuBLAS and CUPTI files were loaded, with their versions);
+#               without a usable GPU it stops here, exit 1
+#   3. tests    tests/cuda: every CUDA op, the optimizers, gradient
+#               accumulation and the input path against the CPU engine in
+#               fp32/tf32/fp16/bf16, and whole resnet18/resnet50 steps against
+#               PyTorch float64 (fp32) or the error budget (the others), ending
+#               with a table of every comparison (error, threshold, verdict)
+#   4. smoke    experiments/gpu-smoke.toml cut to 12 steps a run: each
+#               precision x cudnn benchmark, then its table and the
+#               convolution algorithms each run chose
+#   5. cupti    one of those runs again (fp16, benchmark on) with
+#               profile.cupti = "trace", pinned overlapped input and device
+#               augmentation: kernels, copies, CUPTI overhead, the GPU trace
+#   6. headline ResNet50 at 224x224, batch 256, bf16 and fp16: xrun, then
+#               PyTorch eager (channels_last, autocast, the machine's own
+#               torch) on the same card, 5 warmup + 15 measured steps each:
+#               img/s and xrun's ratio (the fuller comparison is --bench)
 # then one line per stage: stage, result, seconds, key figure.
-#   tests/gpu/check.sh           the checks above
-#   tests/gpu/check.sh --bench   instead: bench/gpu_vs_pytorch.sh, xrun against
-#                                PyTorch on this GPU (python3 with torch and
-#                                torchvision; several minutes)
+#   tests/gpu/check.sh                     the checks above
+#   tests/gpu/check.sh STAGE [FILTER...]   setup, doctor and one stage only
+#                                          (tests | smoke | cupti | headline),
+#                                          to rerun what failed; for tests,
+#                                          FILTER is Catch2's test spec
+#                                          ("cuda pooling*" "[parity]"), run
+#                                          with -c SECTION too
+#   tests/gpu/check.sh --bench             instead: bench/gpu_vs_pytorch.sh,
+#                                          xrun against PyTorch on this GPU
+#                                          (several minutes)
 # Binaries: the bundle scripts/device_bundle.sh made in .device/ on another
 # machine (carry it; its libstdc++ is used only where this machine's is too
 # old), else ./build (XRUN_BUILD_DIR), built here when missing (XRUN_CUDA=ON,
 # this card's architecture).
-# CUDA libraries: the toolkit's (/usr/local/cuda) or, where cuDNN and cuBLAS
-# come from Python wheels (PyTorch's), their site-packages folders (the
-# `nvidia/*/lib` folders beside torch); set XRUN_CUDA_LIBS to a ':'-list to
-# choose them yourself. They are put on the library path of xrun and
-# test_cuda only, not of python3.
+# CUDA libraries: the toolkit's (/usr/local/cuda, CUPTI from its
+# extras/CUPTI/lib64 too) or, where cuDNN and cuBLAS come from Python wheels
+# (PyTorch's), their site-packages folders (the `nvidia/*/lib` folders
+# beside torch); set XRUN_CUDA_LIBS to a ':'-list to choose them yourself.
+# They are put on the library path of xrun and test_cuda only, not of
+# python3.
 # Output: the stage lines and the table on stdout; everything (doctor, every
 # comparison, the runs, the CUPTI summary) in $OUT/gpu-check.log
 # ($OUT/gpu-bench.log with --bench), with the stores gpu.db and cupti.db and
@@ -39,18 +53,31 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
 mode=check
+only=""         # one stage (tests | smoke | cupti | headline), "" for all
+test_filter=()  # Catch2 test spec for the tests stage
 case "${1:-}" in
   "") ;;
   --bench) mode=bench ;;
+  tests | smoke | cupti | headline)
+    only=$1
+    shift
+    test_filter=("$@")
+    ;;
   -h | --help)
     sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
     exit 0
     ;;
   *)
-    echo "usage: tests/gpu/check.sh [--bench]" >&2
+    echo "usage: tests/gpu/check.sh [--bench | tests|smoke|cupti|headline [FILTER...]]" >&2
     exit 2
     ;;
 esac
+if [ ${#test_filter[@]} -gt 0 ] && [ "$only" != tests ]; then
+  echo "check.sh: a filter is for the tests stage only" >&2
+  exit 2
+fi
+# wanted STAGE: whether this call runs STAGE.
+wanted() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 
 out="${OUT:-$(mktemp -d)}"
 mkdir -p "$out"
@@ -128,7 +155,7 @@ else
 fi
 cuda_libs="${XRUN_CUDA_LIBS:-}"
 if [ -z "$cuda_libs" ]; then
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/extras/CUPTI/lib64; do
     [ -d "$d" ] && cuda_libs="$cuda_libs:$d"
   done
   if have_python; then
@@ -204,10 +231,12 @@ if not d.get("gpus"):
     print(c.get("status") or "no GPU")
 else:
     g = d["gpus"][0]
+    def lib(key, name):  # "cuDNN 9.19.0 (/path/libcudnn.so.9.19.0)"
+        l = c[key]
+        return f'{name} {l["loaded_version"] or "not loaded"} ({l.get("library") or "?"})'
     print(f'{g["name"]} (cc {g["compute_capability"]}, {g["memory_bytes"] / 2**30:.0f} GiB), '
           f'driver {c["driver_release"] or c["driver_cuda"]}, CUDA {c["runtime"]}, '
-          f'cuDNN {c["cudnn"]["loaded_version"]}, cuBLAS {c["cublas"]["loaded_version"]}, '
-          f'CUPTI {c["cupti_api"]["loaded_version"]}')
+          f'{lib("cudnn", "cuDNN")}, {lib("cublas", "cuBLAS")}, {lib("cupti_api", "CUPTI")}')
 PY
 )
 fi
@@ -233,7 +262,9 @@ fi
 
 # ---- 3. tests ---------------------------------------------------------------
 export OMP_WAIT_POLICY=PASSIVE
-run_stage tests 210 env XRUN_TEST_ERRORS=1 XRUN_TEST_SOURCE_DIR="$PWD" "$test_cuda" --durations yes
+if wanted tests; then
+run_stage tests 200 env XRUN_TEST_ERRORS=1 XRUN_TEST_SOURCE_DIR="$PWD" "$test_cuda" --durations yes \
+  "${test_filter[@]}"
 tests_rc=$stage_rc
 comparisons=$(grep -E '^cuda comparisons:' "$log" | tail -1 | sed 's/^cuda comparisons: //')
 cases=$(grep -E '^(All tests passed|test cases:)' "$log" | tail -1)
@@ -244,13 +275,28 @@ if [ "$tests_rc" -ne 0 ]; then
   grep -E ' FAIL$' "$log" | head -30
   grep -E '^(test cases|assertions):' "$log" | tail -2
 fi
+fi
 
 # ---- 4. smoke ---------------------------------------------------------------
 steps=(--set train.steps=12 --set measure.warmup_steps=2 --set measure.measure_steps=10)
 rm -f "$out"/gpu.db "$out"/gpu.db-* "$out"/cupti.db "$out"/cupti.db-*
-run_stage smoke 150 "$xrun" run experiments/gpu-smoke.toml --db "$out/gpu.db" --force "${steps[@]}"
+if wanted smoke; then
+run_stage smoke 120 "$xrun" run experiments/gpu-smoke.toml --db "$out/gpu.db" --force "${steps[@]}"
 smoke_rc=$stage_rc
 "$xrun" runs --db "$out/gpu.db" --format table >>"$log" 2>&1
+# The convolution algorithms each run chose, layer by layer.
+if have_python && [ -f "$out/gpu.db" ]; then
+  python3 - "$out/gpu.db" >>"$log" 2>&1 <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+for run, label in c.execute("SELECT id, uuid FROM runs ORDER BY id"):
+    rows = c.execute("SELECT layer, pass, algo_name, math_type, workspace_bytes "
+                     "FROM conv_algorithms WHERE run = ? ORDER BY rowid", (run,)).fetchall()
+    print(f"-- run {run}: {len(rows)} convolution algorithm choices")
+    for layer, pas, algo, math, ws in rows:
+        print(f"   {layer:28} {pas:16} {algo:40} math {math} workspace {ws}")
+PY
+fi
 "$xrun" runs --db "$out/gpu.db" --format csv >"$tmp/smoke.csv" 2>>"$log"
 key="-"
 if have_python && [ -s "$tmp/smoke.csv" ]; then
@@ -268,9 +314,11 @@ PY
 )
 fi
 record smoke "$(result_of "$smoke_rc")" "$stage_s" "${key:--}"
+fi
 
 # ---- 5. cupti ---------------------------------------------------------------
-run_stage cupti 75 "$xrun" run experiments/gpu-smoke.toml --db "$out/cupti.db" --force --only 5 \
+if wanted cupti; then
+run_stage cupti 60 "$xrun" run experiments/gpu-smoke.toml --db "$out/cupti.db" --force --only 5 \
   "${steps[@]}" --set profile.cupti='"trace"' --set profile.trace_steps=3 \
   --set data.pin_memory=true --set data.augment='["random_crop", "hflip"]'
 cupti_rc=$stage_rc
@@ -294,11 +342,55 @@ PY
 )
 fi
 record cupti "$(result_of "$cupti_rc")" "$stage_s" "${key:--}"
+fi
+
+# ---- 6. headline ------------------------------------------------------------
+# The figure a user asks first, in the first call on a lent machine: ResNet50
+# at 224x224, batch 256, bf16 and fp16, xrun then PyTorch eager on this card.
+if wanted headline; then
+  rm -f "$out"/headline.db "$out"/headline.db-*
+  # A script, not a function: run_stage runs it under timeout.
+  {
+    echo 'set -e'
+    printf '%q run experiments/gpu-bench.toml --db %q --force' "$xrun" "$out/headline.db"
+    echo ' --set measure.warmup_steps=5 --set measure.measure_steps=15'
+    echo 'python3 -c "import torch, torchvision" || { echo "no torch: xrun only"; exit 0; }'
+    echo 'for p in bf16 fp16; do'
+    printf '  python3 bench/pytorch_resnet50_gpu.py --precision "$p" --warmup 5 --steps 15 >%q/torch-$p.json\n' "$tmp"
+    printf '  cat %q/torch-$p.json\n' "$tmp"
+    echo 'done'
+  } >"$tmp/headline.sh"
+  run_stage headline 90 bash "$tmp/headline.sh"
+  headline_rc=$stage_rc
+  "$xrun" runs --db "$out/headline.db" --format csv >"$tmp/headline.csv" 2>>"$log"
+  key="-"
+  if have_python && [ -s "$tmp/headline.csv" ]; then
+    key=$(python3 - "$tmp/headline.csv" "$tmp" <<'PY' 2>>"$log"
+import csv, json, os, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["status"] == "complete"]
+parts = []
+for p in ("bf16", "fp16"):
+    ours = [float(r["throughput"]) for r in rows if r["precision"] == p and r["throughput"]]
+    path = os.path.join(sys.argv[2], f"torch-{p}.json")
+    theirs = json.load(open(path))["images_per_second"] if os.path.exists(path) else None
+    if not ours:
+        parts.append(f"{p} xrun -")
+    elif theirs:
+        parts.append(f"{p} xrun {ours[0]:.0f} vs torch {theirs:.0f} img/s: {ours[0] / theirs:.2f}x")
+    else:
+        parts.append(f"{p} xrun {ours[0]:.0f} img/s")
+print("; ".join(parts))
+PY
+)
+  fi
+  echo "headline: ${key:--}" >>"$log"
+  record headline "$(result_of "$headline_rc")" "$stage_s" "${key:--}"
+fi
 
 # Each store as one file (SQLite's -wal and -shm folded in): fewer files to
 # carry back from a lent machine.
 if have_python; then
-  for db in "$out/gpu.db" "$out/cupti.db"; do
+  for db in "$out/gpu.db" "$out/cupti.db" "$out/headline.db"; do
     [ -f "$db" ] && python3 - "$db" <<'PY' 2>>"$log"
 import sqlite3, sys
 c = sqlite3.connect(sys.argv[1])
