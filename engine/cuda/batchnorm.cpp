@@ -4,15 +4,18 @@
 // writes the residual's gradient too); the per-layer reserve space carries
 // what backward needs from forward. The fused form is used only where cuDNN
 // runs it: its sizes are queried when the layer is built and, once the plan
-// is bound, one trial forward and backward on the layer's own buffers must
-// return success (cuDNN documents the semi-persistent NHWC kernels for half
+// is bound, one trial forward (checked against the host's arithmetic: a
+// success status alone could hide a dropped ReLU) and backward on the
+// layer's own buffers must succeed (cuDNN documents the semi-persistent NHWC kernels for half
 // data; what it accepts for fp32 differs by version and card). Otherwise
 // the layer runs plain batch norm plus xrun's ReLU / add+ReLU kernels. It
 // never runs with a null workspace. Scale, bias and statistics are fp32
 // whatever the activation type; running statistics are cuDNN's (momentum
 // 0.1, unbiased running variance, as PyTorch).
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
+#include <vector>
 
 #include "engine/cuda/cuda_backend.h"
 
@@ -78,25 +81,22 @@ class CudaBatchNorm final : public BatchNormOp, public CudaOp {
     if (relu_) cudnnDestroyActivationDescriptor(relu_);
   }
 
-  // The trial: one fused forward (running statistics left out: cuDNN takes
-  // both as null) and one fused backward on the bound buffers, which every
-  // real step overwrites before reading. Any status but success, or no
-  // workspace, and the layer stays unfused for the whole run.
+  // The trial: one fused forward on a known input, checked against the
+  // host's arithmetic, and one fused backward on the bound buffers. A
+  // success status alone is not enough: a cuDNN build that accepts the ops
+  // but runs plain batch norm would silently drop the ReLU (or the residual
+  // add). Any status but success, a wrong value, or no workspace, and the
+  // layer stays unfused for the whole run. x, y, dy and the residual are
+  // overwritten by every real step before being read; gamma and beta are
+  // restored.
   void bind() override {
     if (!fused_) return;
     if (!be_.workspace()) {
       fused_ = false;
       return;
     }
-    const float one = 1.0f, zero = 0.0f;
-    fused_ = cudnnBatchNormalizationForwardTrainingEx(
-                 be_.cudnn(), kMode, ops_, &one, &zero, x_->desc, x_->data, z_desc(), z_data(),
-                 as_cuda(y)->desc, y->data, param_desc_, gamma->data, beta->data, 0.0, nullptr,
-                 nullptr, kEps, saved_mean_->data, saved_inv_var_->data, activation(),
-                 be_.workspace(), be_.workspace_bytes(), reserve_data(),
-                 reserve_bytes()) == CUDNN_STATUS_SUCCESS;
-    if (fused_ && dx_)
-      fused_ = run_fused_backward() == CUDNN_STATUS_SUCCESS;
+    fused_ = fused_forward_is_right();
+    if (fused_ && dx_) fused_ = run_fused_backward() == CUDNN_STATUS_SUCCESS;
   }
 
   void forward_train() override {
@@ -161,6 +161,63 @@ class CudaBatchNorm final : public BatchNormOp, public CudaOp {
         param_desc_, gamma->data, beta->data, gamma_grad->data, beta_grad->data, kEps,
         saved_mean_->data, saved_inv_var_->data, activation(), be_.workspace(),
         be_.workspace_bytes(), reserve_data(), reserve_bytes());
+  }
+
+  // One fused forward on x = +1, -1, +1, ... along each channel (exact in
+  // every precision), gamma 1, beta 0 and a residual of -0.5, against the
+  // same arithmetic in double on the host: a missing ReLU is off by about
+  // 1, a missing add by 0.5, far beyond half precision's rounding.
+  bool fused_forward_is_right() {
+    const std::vector<int64_t>& d = x_->dims;
+    const int64_t n = d[0], c = d[1], hw = x_->numel() / (n * c);
+    const int64_t count = n * hw;
+    std::vector<float> saved_gamma(static_cast<size_t>(c)), saved_beta(saved_gamma.size());
+    be_.read(gamma, saved_gamma);
+    be_.read(beta, saved_beta);
+    be_.write(gamma, std::vector<float>(static_cast<size_t>(c), 1.0f));
+    be_.write(beta, std::vector<float>(static_cast<size_t>(c), 0.0f));
+    auto sign_at = [&](int64_t b, int64_t p) { return (b * hw + p) % 2 == 0 ? 1.0 : -1.0; };
+    std::vector<float> x(static_cast<size_t>(x_->numel()));
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t p = 0; p < hw; ++p)
+          x[static_cast<size_t>((b * c + ch) * hw + p)] = static_cast<float>(sign_at(b, p));
+    be_.write(x_, x);
+    constexpr float kResidual = -0.5f;
+    if (act_ == BnActivation::add_relu)
+      be_.write(residual_, std::vector<float>(static_cast<size_t>(residual_->numel()), kResidual));
+    const float one = 1.0f, zero = 0.0f;
+    const bool ran =
+        cudnnBatchNormalizationForwardTrainingEx(
+            be_.cudnn(), kMode, ops_, &one, &zero, x_->desc, x_->data, z_desc(), z_data(),
+            as_cuda(y)->desc, y->data, param_desc_, gamma->data, beta->data, 0.0, nullptr,
+            nullptr, kEps, saved_mean_->data, saved_inv_var_->data, activation(),
+            be_.workspace(), be_.workspace_bytes(), reserve_data(),
+            reserve_bytes()) == CUDNN_STATUS_SUCCESS;
+    bool right = ran;
+    if (ran) {
+      std::vector<float> got(x.size());
+      be_.read(y, got);  // waits for the stream
+      // Every channel holds the same values: one mean and variance (biased,
+      // as batch norm normalises) serve all.
+      double sum = 0;
+      for (int64_t b = 0; b < n; ++b)
+        for (int64_t p = 0; p < hw; ++p) sum += sign_at(b, p);
+      const double mean = sum / static_cast<double>(count);
+      const double inv_std = 1.0 / std::sqrt(1.0 - mean * mean + kEps);
+      for (int64_t b = 0; b < n && right; ++b)
+        for (int64_t ch = 0; ch < c && right; ++ch)
+          for (int64_t p = 0; p < hw && right; ++p) {
+            double want = (sign_at(b, p) - mean) * inv_std;
+            if (act_ == BnActivation::add_relu) want += kResidual;
+            if (act_ != BnActivation::none) want = std::max(want, 0.0);
+            const double v = got[static_cast<size_t>((b * c + ch) * hw + p)];
+            right = std::fabs(v - want) <= 0.02 + 0.01 * std::fabs(want);
+          }
+    }
+    be_.write(gamma, saved_gamma);
+    be_.write(beta, saved_beta);
+    return right;
   }
 
   cudnnTensorDescriptor_t z_desc() const {
