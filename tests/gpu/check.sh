@@ -11,7 +11,8 @@
 #   3. tests    tests/cuda: every CUDA op, the optimizers, gradient
 #               accumulation and the input path against the CPU engine in
 #               fp32/tf32/fp16/bf16, and whole resnet18/resnet50 steps against
-#               PyTorch float64 (fp32) or the error budget (the others), ending
+#               PyTorch float64 (fp32) or the error budget (the others), the
+#               shape matrix (every arch at the size classes, fp32), ending
 #               with a table of every comparison (error, threshold, verdict)
 #   4. smoke    experiments/gpu-smoke.toml cut to 12 steps a run: each
 #               precision x cudnn benchmark, then its table and the
