@@ -10,6 +10,7 @@
 #include <set>
 
 #include "cli_util.h"
+#include "skip.h"
 
 using Catch::Matchers::Contains;
 using xrun_test::CliFixture;
@@ -73,8 +74,7 @@ TEST_CASE("faults: the disk fills during a run: exit 1, disk full said, earlier 
   CliFixture f;
   SmallDisk disk(f, "1m");
   if (!disk.ok()) {
-    WARN("skipped: mounting a tmpfs needs root");
-    return;
+    XRUN_SKIP("mounting a tmpfs needs root");
   }
   const std::string db = disk.file("r.db");
   const std::string first = f.write_experiment("first.toml", quick("first"));
@@ -180,8 +180,7 @@ TEST_CASE("faults: stores xrun cannot use are refused with the reason, and left 
   // A read-only directory: reading works, training says why it cannot.
   xrun_test::ReadOnlyDir read_only(f.dir.str());
   if (!read_only.ok()) {
-    WARN("read-only part skipped: " << read_only.why());
-    return;
+    XRUN_SKIP("the read-only part: " << read_only.why());
   }
   for (const std::string cmd : {"runs", "show 1", "export --format json", "compare --by label"}) {
     auto r = f.xrun(cmd + " --db " + shell_quote(f.db()));

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "skip.h"
 #include "test_util.h"
 
 using namespace xrun_test;
@@ -80,8 +81,7 @@ std::vector<std::string> names(const Range& r) {
 
 TEST_CASE("NVTX: a CPU run's ranges as a profiler sees them", "[profiler][nvtx]") {
 #ifndef XRUN_NVTX_RECORDER
-  WARN("skipped: built without NVTX headers");
-  return;
+  XRUN_SKIP("built without NVTX headers");
 #else
   ScratchDir dir;
   write_bytes(dir.file("nvtx.toml"), R"(name = "nvtx"
@@ -149,8 +149,7 @@ layers = true
 
 TEST_CASE("NVTX: profile.nvtx = false emits nothing", "[profiler][nvtx]") {
 #ifndef XRUN_NVTX_RECORDER
-  WARN("skipped: built without NVTX headers");
-  return;
+  XRUN_SKIP("built without NVTX headers");
 #else
   ScratchDir dir;
   write_bytes(dir.file("quiet.toml"),

@@ -14,6 +14,7 @@
 #include "runner/atomic_file.h"
 #include "runner/report/report.h"
 #include "runner/report/svg_chart.h"
+#include "skip.h"
 
 namespace {
 
@@ -132,8 +133,7 @@ TEST_CASE("headless Chromium renders the report: no console errors, charts paint
           "[report][render]") {
   const std::string browser = chromium();
   if (browser.empty()) {
-    WARN("skipped: chromium not installed");
-    return;
+    XRUN_SKIP("chromium not installed");
   }
   xrun_test::ScratchDir dir;
 
