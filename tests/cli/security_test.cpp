@@ -147,6 +147,45 @@ label = "<img src=x onerror=\"document.body.setAttribute('data-pwned','label')\"
 
 // --- Issue 20, hostile input: what reaches a Slurm batch script, and names ---
 
+TEST_CASE("security: a line break in a value never reaches the batch script", "[cli][security][submit]") {
+  CliFixture f;
+  const std::string toml = tiny_experiment("t", "steps = 2\neval = false");
+  f.write_experiment("t.toml", toml);
+  // Each would end its #SBATCH line (or the comment that names the results
+  // folder) and run `touch PWNED` as a command of the job.
+  const std::string payload = "gpu\ntouch PWNED #";
+  for (const std::string option : {"--partition", "--mem", "--time", "--results"}) {
+    const auto r = f.xrun("submit t.toml --slurm --dry-run " + option + " " + shell_quote(payload));
+    INFO(option << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Contains("xrun submit: " + option + " \"") &&
+                             Contains("gpu\\u000Atouch PWNED #\" holds a control character "
+                                      "(\\u000A, a line break)"));
+    CHECK_THAT(r.output, !Contains("#SBATCH") && !Contains("\ntouch PWNED"));
+  }
+  // A carriage return or a tab is refused as well; a quote is quoted.
+  CHECK(f.xrun("submit t.toml --slurm --dry-run --mem " + shell_quote("16G\r")).status == 2);
+  CHECK(f.xrun("submit t.toml --slurm --dry-run --time " + shell_quote("1:00\t")).status == 2);
+  const auto quoted = f.xrun("submit t.toml --slurm --dry-run --partition " + shell_quote("gpu' x"));
+  CHECK(quoted.status == 0);
+  CHECK_THAT(quoted.output, Contains("#SBATCH --partition='gpu'\\'' x'\n"));
+
+  // A working directory whose name holds a line break (the --chdir line).
+  const std::string dir = f.dir.file("a\ntouch PWNED #");
+  std::filesystem::create_directories(dir);
+  xrun_test::write_bytes(dir + "/t.toml", toml);
+  const auto r = xrun_test::run_command("cd " + shell_quote(dir) + " && " +
+                                        shell_quote(xrun_test::xrun_binary()) +
+                                        " submit t.toml --slurm --dry-run");
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Contains("the working directory (the job's --chdir) ") &&
+                           Contains("holds a control character (\\u000A, a line break)"));
+  CHECK_THAT(r.output, !Contains("#SBATCH"));
+  CHECK_FALSE(std::filesystem::exists(f.dir.file("PWNED")));
+  CHECK_FALSE(std::filesystem::exists(dir + "/PWNED"));
+}
+
 TEST_CASE("security: an experiment name is one folder name, for every command", "[cli][security][submit]") {
   CliFixture f;
   // `xrun submit` puts its results in xrun-results/NAME: each of these

@@ -9,11 +9,20 @@
 // error says so; and the written script, run by bash as Slurm would run
 // array task 1, trains that task's run into its own store. And the README's
 // cluster example, eight runs from submit to compare, run as written there.
+// Hostile input (issue #20): a FIFO or <(...) read once and frozen as
+// planned; frozen copies named by SHA-256 and compared before reuse, one
+// script per submission; jobs facing an empty sacct State, a gigabyte log
+// and a FIFO for jobs.tsv; collect letting a completed retry win over a
+// dead try's running row, and skipping a corrupt task store by name.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "cli_util.h"
 #include "slurm_cluster.h"
@@ -364,4 +373,128 @@ TEST_CASE("Slurm: the README's cluster example, eight runs from submit to compar
   // One group per batch size, each with its baseline and a ratio.
   CHECK(occurrences(compare.output, "1.000  baseline") == 4);
   std::cout << compare.output;  // the README shows it
+}
+
+// --- Issue 20, hostile input: what submit, jobs and collect read ---
+
+namespace {
+
+// A stand-in sbatch in DIR/bin that accepts every script as job 4343 and
+// keeps a copy of it (DIR/bin/submitted-N.sh, in order); `with_bin`
+// prefixes a command with that PATH.
+void fake_sbatch(const CliFixture& f) {
+  std::filesystem::create_directories(f.dir.file("bin"));
+  write_bytes(f.dir.file("bin/sbatch"),
+              "#!/bin/sh\nd=\"$(dirname \"$0\")\"\nn=$(ls \"$d\" | grep -c '^submitted-')\n"
+              "cp \"$2\" \"$d/submitted-$n.sh\"\necho 4343\n");
+  std::filesystem::permissions(f.dir.file("bin/sbatch"), std::filesystem::perms::owner_all);
+}
+std::string with_bin(const CliFixture& f, const std::string& xrun_args) {
+  return "cd " + shell_quote(f.dir.str()) + " && PATH=" + shell_quote(f.dir.file("bin")) +
+         ":$PATH " + shell_quote(xrun_binary()) + " " + xrun_args;
+}
+
+// The frozen experiment a batch script runs: the word after " run ".
+std::string frozen_of(const std::string& script) {
+  const size_t at = script.find("exec ");
+  const size_t run = script.find(" run ", at);
+  const size_t end = script.find(" --only", run);
+  REQUIRE((at != std::string::npos && run != std::string::npos && end != std::string::npos));
+  return script.substr(run + 5, end - run - 5);
+}
+
+std::vector<std::string> files_starting(const std::string& dir, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("xrun submit reads the experiment file once: a FIFO and <(...) freeze the bytes planned",
+          "[cli][submit][hostile]") {
+  CliFixture f;
+  fake_sbatch(f);
+  const std::string text = four_runs();
+  f.write_experiment("tiny.toml", text);
+  // Process substitution: before, the plan read the pipe and the frozen
+  // copy was the empty second reading, submitted with exit 0.
+  const CommandResult sub =
+      run_command("bash -c " + shell_quote(with_bin(f, "submit <(cat tiny.toml) --slurm --results out")));
+  INFO(sub.output);
+  REQUIRE(sub.status == 0);
+  const std::string script = read_bytes(f.dir.file("bin/submitted-0.sh"));
+  CHECK(read_bytes(frozen_of(script)) == text);
+  // A named FIFO: before, the second reading waited for a writer for ever.
+  REQUIRE(run_command("mkfifo " + shell_quote(f.dir.file("tiny.fifo"))).status == 0);
+  const CommandResult fifo = run_command(
+      "(cat " + shell_quote(f.dir.file("tiny.toml")) + " > " + shell_quote(f.dir.file("tiny.fifo")) +
+      " &) && timeout 60 sh -c " + shell_quote(with_bin(f, "submit tiny.fifo --slurm --results out2")));
+  INFO(fifo.output);
+  REQUIRE(fifo.status == 0);
+  CHECK(read_bytes(frozen_of(read_bytes(f.dir.file("bin/submitted-1.sh")))) == text);
+}
+
+TEST_CASE("xrun submit: frozen copies named by SHA-256, reused only with the same bytes, one script each",
+          "[cli][submit][hostile]") {
+  CliFixture f;
+  fake_sbatch(f);
+  // Two files whose 32-bit FNV-1a names collided (found by a birthday search
+  // over the comment's number): each must freeze its own bytes.
+  const std::string a = four_runs() + "# 132645\n", b = four_runs() + "# 213508\n";
+  f.write_experiment("a.toml", a);
+  f.write_experiment("b.toml", b);
+  const CommandResult first = run_command(with_bin(f, "submit a.toml --slurm --results out"));
+  INFO(first.output);
+  REQUIRE(first.status == 0);
+  const CommandResult second = run_command(with_bin(f, "submit b.toml --slurm --results out"));
+  INFO(second.output);
+  REQUIRE(second.status == 0);
+  const std::string frozen_a = frozen_of(read_bytes(f.dir.file("bin/submitted-0.sh")));
+  const std::string frozen_b = frozen_of(read_bytes(f.dir.file("bin/submitted-1.sh")));
+  CHECK(read_bytes(frozen_a) == a);
+  CHECK(read_bytes(frozen_b) == b);
+  // The name is the content's SHA-256, as sha256sum computes it.
+  const CommandResult sum = run_command("sha256sum " + shell_quote(f.dir.file("a.toml")));
+  REQUIRE(sum.status == 0);
+  CHECK(std::filesystem::path(frozen_a).filename() == "experiment-" + sum.output.substr(0, 64) + ".toml");
+
+  // A file of that name holding other bytes (edited by hand) is left as it
+  // is and not used: the copy goes beside it.
+  write_bytes(frozen_a, "name = \"edited\"\n");
+  const CommandResult third = run_command(with_bin(f, "submit a.toml --slurm --results out"));
+  INFO(third.output);
+  REQUIRE(third.status == 0);
+  const std::string frozen_a2 = frozen_of(read_bytes(f.dir.file("bin/submitted-2.sh")));
+  CHECK(frozen_a2 != frozen_a);
+  CHECK(read_bytes(frozen_a2) == a);
+  CHECK(read_bytes(frozen_a) == "name = \"edited\"\n");
+  // The same bytes again reuse their copy.
+  REQUIRE(run_command(with_bin(f, "submit b.toml --slurm --results out")).status == 0);
+  CHECK(frozen_of(read_bytes(f.dir.file("bin/submitted-3.sh"))) == frozen_b);
+
+  // Submissions within one second: each has a script of its own (before,
+  // the second overwrote the first's job-STAMP.sh).
+  const CommandResult burst = run_command(with_bin(f, "submit a.toml --slurm --results burst") + " && " +
+                                          with_bin(f, "submit b.toml --slurm --results burst") + " && " +
+                                          with_bin(f, "submit a.toml --slurm --results burst"));
+  INFO(burst.output);
+  REQUIRE(burst.status == 0);
+  const auto scripts = files_starting(f.dir.file("burst"), "job-");
+  CHECK(scripts.size() == 3);
+  // jobs.tsv names three scripts, each freezing what its submission read.
+  std::set<std::string> named;
+  std::istringstream tsv(read_bytes(f.dir.file("burst/jobs.tsv")));
+  const std::string expected[] = {a, b, a};
+  size_t line_no = 0;
+  for (std::string line; std::getline(tsv, line) && line_no < 3; ++line_no) {
+    const size_t tab = line.find('\t');
+    const std::string script = line.substr(tab + 1, line.find('\t', tab + 1) - tab - 1);
+    named.insert(script);
+    CHECK(read_bytes(frozen_of(read_bytes(script))) == expected[line_no]);
+  }
+  CHECK(line_no == 3);
+  CHECK(named.size() == 3);
 }
