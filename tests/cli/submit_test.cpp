@@ -498,3 +498,47 @@ TEST_CASE("xrun submit: frozen copies named by SHA-256, reused only with the sam
   CHECK(line_no == 3);
   CHECK(named.size() == 3);
 }
+
+TEST_CASE("xrun jobs: an empty sacct State, a huge log and a FIFO for jobs.tsv",
+          "[cli][submit][hostile]") {
+  CliFixture f;
+  f.write_experiment("tiny.toml", four_runs());
+  std::filesystem::create_directories(f.dir.file("bin"));
+  std::filesystem::create_directories(f.dir.file("out/logs"));
+  write_bytes(f.dir.file("bin/squeue"), "#!/bin/sh\nexit 0\n");
+  // A task being requeued can show with no State at all.
+  write_bytes(f.dir.file("bin/sacct"), "#!/bin/sh\nprintf '4242_0||0:0\\n4242_1|FAILED|1:0\\n'\n");
+  std::filesystem::permissions(f.dir.file("bin/squeue"), std::filesystem::perms::owner_all);
+  std::filesystem::permissions(f.dir.file("bin/sacct"), std::filesystem::perms::owner_all);
+  write_bytes(f.dir.file("out/jobs.tsv"), "4242\t/x/job.sh\t" + f.dir.file("tiny.toml") + "\t[]\t0,1\n");
+  // Task 1 printed a gigabyte (sparse here: no disk) before its last words.
+  const std::string log = f.dir.file("out/logs/4242_1.out");
+  write_bytes(log, "training...\n");
+  std::filesystem::resize_file(log, 1ull << 30);
+  {
+    std::ofstream(log, std::ios::app) << "\nxrun: run #1 failed: out of memory\n";
+  }
+  // Under a 512 MiB address-space limit: a log read whole cannot fit.
+  const CommandResult r = run_command("ulimit -v 524288 && " + with_bin(f, "jobs --results out"));
+  INFO(r.output);
+  CHECK(r.status == 1);  // task 1 failed; before, the empty State was a segfault (139)
+  CHECK_THAT(r.output, Contains("task 0  run 0  UNKNOWN (sacct gave no state, exit 0:0)"));
+  CHECK_THAT(r.output, Contains("task 1  run 1  FAILED (exit 1:0)") &&
+                           Contains("    | xrun: run #1 failed: out of memory\n"));
+
+  // A FIFO where jobs.tsv belongs: refused by name, never waited on.
+  std::filesystem::create_directories(f.dir.file("fifo"));
+  std::filesystem::create_directories(f.dir.file("xrun-results/x"));
+  for (const char* tsv : {"fifo/jobs.tsv", "xrun-results/x/jobs.tsv"})
+    REQUIRE(run_command("mkfifo " + shell_quote(f.dir.file(tsv))).status == 0);
+  const CommandResult fifo = run_command("cd " + shell_quote(f.dir.str()) + " && timeout 60 " +
+                                         shell_quote(xrun_binary()) + " jobs --results fifo");
+  INFO(fifo.output);
+  CHECK(fifo.status == 2);
+  CHECK_THAT(fifo.output, Contains("fifo/jobs.tsv is a FIFO, not a regular file"));
+  const CommandResult all = run_command("cd " + shell_quote(f.dir.str()) + " && timeout 60 " +
+                                        shell_quote(xrun_binary()) + " jobs");
+  INFO(all.output);
+  CHECK(all.status == 2);
+  CHECK_THAT(all.output, Contains("xrun-results/x/jobs.tsv is a FIFO, not a regular file"));
+}
