@@ -541,4 +541,76 @@ TEST_CASE("xrun jobs: an empty sacct State, a huge log and a FIFO for jobs.tsv",
   INFO(all.output);
   CHECK(all.status == 2);
   CHECK_THAT(all.output, Contains("xrun-results/x/jobs.tsv is a FIFO, not a regular file"));
+  // collect reads jobs.tsv too.
+  const CommandResult collect = run_command("cd " + shell_quote(f.dir.str()) + " && timeout 60 " +
+                                            shell_quote(xrun_binary()) + " collect fifo --into all.db");
+  INFO(collect.output);
+  CHECK(collect.status == 1);
+  CHECK_THAT(collect.output, Contains("fifo/jobs.tsv is a FIFO, not a regular file"));
+}
+
+TEST_CASE("xrun collect: a completed retry wins over the running row its dead first try left",
+          "[cli][submit][hostile]") {
+  CliFixture f;
+  f.write_experiment("tiny.toml", four_runs());
+  std::filesystem::create_directories(f.dir.file("out"));
+  const std::string task = f.dir.file("out/task-1.db");
+  // Run 1's first try, on node A, was SIGKILLed mid-run: its row stays
+  // `running` there (made here from a finished run, as node A would leave it).
+  REQUIRE(f.xrun("run tiny.toml --only 1 --db out/task-1.db").status == 0);
+  REQUIRE(run_command("sqlite3 " + shell_quote(task) +
+                      " \"UPDATE runs SET status = 'running', host = 'node-a', finished_at = NULL\"")
+              .status == 0);
+  // Slurm requeues the task on node B (here), and it completes.
+  const CommandResult retry = f.xrun("run tiny.toml --only 1 --db out/task-1.db");
+  INFO(retry.output);
+  REQUIRE(retry.status == 0);
+  const std::string before = read_bytes(task);
+  const CommandResult c = f.xrun("collect out --into all.db");
+  INFO(c.output);
+  CHECK(c.status == 0);
+  CHECK_THAT(c.output, Contains("run 1: a try left run ") && Contains("a later try completed it"));
+  CHECK_THAT(c.output, Contains("collected 1 task store(s)") && Contains("2 run(s) added"));
+  CHECK_THAT(c.output, !Contains("still running"));
+  const CommandResult rows = run_command(
+      "sqlite3 " + shell_quote(f.dir.file("all.db")) +
+      " \"SELECT group_concat(status, ' ') FROM (SELECT status FROM runs ORDER BY status)\"");
+  CHECK(rows.output == "complete interrupted\n");
+  CHECK(read_bytes(task) == before);  // the task store is only read
+  // Collecting again adds nothing.
+  CHECK_THAT(f.xrun("collect out --into all.db").output, Contains("0 run(s) added, 2 already present"));
+}
+
+TEST_CASE("xrun collect: a corrupt task store is named and skipped, the others collected, exit 1",
+          "[cli][submit][hostile]") {
+  CliFixture f;
+  f.write_experiment("tiny.toml", four_runs());
+  std::filesystem::create_directories(f.dir.file("out"));
+  for (int run : {0, 2, 3})
+    REQUIRE(f.xrun("run tiny.toml --only " + std::to_string(run) + " --db out/task-" +
+                   std::to_string(run) + ".db")
+                .status == 0);
+  // Garbage in the steps table's b-tree page of task 2: the file opens and
+  // its runs list, only an integrity check finds it.
+  const std::string task2 = f.dir.file("out/task-2.db");
+  const CommandResult page = run_command("sqlite3 " + shell_quote(task2) +
+                                         " \"SELECT rootpage FROM sqlite_master WHERE name = 'steps'\"");
+  REQUIRE(page.status == 0);
+  {
+    std::fstream db(task2, std::ios::in | std::ios::out | std::ios::binary);
+    db.seekp((std::stol(page.output) - 1) * 4096 + 8);
+    db << std::string(64, '\xff');
+  }
+  // And a file of that name that is no xrun store at all.
+  write_bytes(f.dir.file("out/task-3.db"), "not a database, not even SQLite\n");
+  const CommandResult c = f.xrun("collect out --into all.db");
+  INFO(c.output);
+  CHECK(c.status == 1);
+  CHECK_THAT(c.output, Contains("run 2: out/task-2.db is corrupt (SQLite's quick_check: "));
+  CHECK_THAT(c.output, Contains("run 3: ") && Contains("task-3.db cannot be read ("));
+  CHECK_THAT(c.output, Contains("collected 1 task store(s)") && Contains("1 run(s) added") &&
+                           Contains("2 store(s) or file(s) not read (above)"));
+  CHECK(run_command("sqlite3 " + shell_quote(f.dir.file("all.db")) +
+                    " \"SELECT count(*) FROM runs WHERE status = 'complete'\"")
+            .output == "1\n");
 }
