@@ -614,3 +614,31 @@ TEST_CASE("xrun collect: a corrupt task store is named and skipped, the others c
                     " \"SELECT count(*) FROM runs WHERE status = 'complete'\"")
             .output == "1\n");
 }
+
+TEST_CASE("Slurm: spaces, quotes and $ in the working directory and --results are quoted, not run",
+          "[cli][submit][slurm][hostile]") {
+  REQUIRE(SlurmCluster::missing().empty());
+  SlurmCluster cluster;
+  CliFixture f;
+  // sbatch reads the #SBATCH values (--chdir, --output) with its own
+  // quoting, bash the exec line: both must see each path as one word.
+  const std::string dir = f.dir.file("it's a $HOME dir");
+  std::filesystem::create_directories(dir);
+  write_bytes(dir + "/tiny.toml", four_runs());
+  const std::string results = "out put's $(touch PWNED) `x`";
+  const CommandResult sub = run_command("cd " + shell_quote(dir) + " && " + shell_quote(xrun_binary()) +
+                                        " submit tiny.toml --slurm --only 0 --cpus-per-run 1 --results " +
+                                        shell_quote(results));
+  INFO(sub.output);
+  REQUIRE(sub.status == 0);
+  INFO("cluster logs: " << cluster.log_dir());
+  REQUIRE(cluster.wait_idle(300));
+  const CommandResult c = run_command("cd " + shell_quote(dir) + " && " + shell_quote(xrun_binary()) +
+                                      " collect " + shell_quote(results) + " --into all.db");
+  INFO(c.output);
+  CHECK(c.status == 0);
+  CHECK_THAT(c.output, Contains("collected 1 task store(s)") && Contains("1 run(s) added"));
+  CHECK(files_starting(dir + "/" + results + "/logs", "").size() == 1);  // --output as written
+  CHECK_FALSE(std::filesystem::exists(dir + "/PWNED"));
+  CHECK_FALSE(std::filesystem::exists(f.dir.file("PWNED")));
+}
