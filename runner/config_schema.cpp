@@ -35,11 +35,15 @@ std::string check_device(const std::string& v) {
   return "\"auto\", \"cpu\", \"cuda\" or \"cuda:N\"";
 }
 
-// name: one printable line.
+// name: one printable line that is also one safe folder name: results go
+// to xrun-results/NAME (`xrun submit`), so no '/' and no '..'.
 std::string check_name(const std::string& v) {
-  bool ok = !v.empty() && v.front() != ' ' && v.back() != ' ' &&
+  bool ok = !v.empty() && v != "." && v.front() != ' ' && v.back() != ' ' &&
+            v.find('/') == std::string::npos && v.find("..") == std::string::npos &&
             std::none_of(v.begin(), v.end(), [](char c) { return c >= 0 && c < 0x20; });
-  return ok ? "" : "a non-empty name on one line, without leading or trailing spaces";
+  return ok ? ""
+            : "a non-empty name on one line, without leading or trailing spaces, usable as "
+              "one folder name (no '/' or '..', not '.')";
 }
 
 std::vector<KeySpec> build_keys() {
@@ -48,7 +52,9 @@ std::vector<KeySpec> build_keys() {
   std::vector<KeySpec> k;
   // --- top level ---
   k.push_back(K("name", T::string, "Experiment name; results are grouped under it.")
-                  .must().fixed().rule("non-empty", check_name).max_len(128));
+                  .must().fixed()
+                  .rule("non-empty, one folder name (no `/` or `..`, not `.`)", check_name)
+                  .max_len(128));
   k.push_back(K("description", T::string, "Free text, shown by `plan`; not part of any hash.")
                   .def("").fixed().free_text());
   // --- [model] ---

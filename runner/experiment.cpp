@@ -382,6 +382,10 @@ std::string select_runs(const Plan& plan, const std::vector<int>& only,
 }
 
 Plan load_plan(const std::string& path, const PlanOptions& options) {
+  return load_plan_from_string(read_experiment_file(path), path, options);
+}
+
+std::string read_experiment_file(const std::string& path) {
   const Origin at{path, 0, 0, ""};
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
@@ -406,7 +410,7 @@ Plan load_plan(const std::string& path, const PlanOptions& options) {
   if (text.size() > kMaxExperimentBytes)
     fail(at, "", "the file is larger than " + std::to_string(kMaxExperimentBytes >> 10) +
                      " KiB; an experiment file is a short TOML file (is this the right file?)");
-  return load_plan_from_string(text, path, options);
+  return text;
 }
 
 }  // namespace xrun

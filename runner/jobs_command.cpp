@@ -3,18 +3,22 @@
 // for tasks pending or running (with the reason a task waits), then sacct
 // for the finished ones, or `scontrol show job` where the cluster keeps no
 // accounting; with each task's run index and swept settings (from the
-// frozen experiment), and the last lines of the log of a task that failed.
+// frozen experiment), and the last lines of the log of a task that failed
+// (read from its end: a log may be huge). jobs.tsv, the logs and the frozen
+// experiment are read only when they are regular files (a FIFO there would
+// block), and a record with an empty field is shown as what it is.
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "runner/commands.h"
 #include "runner/experiment.h"
+#include "runner/regular_file.h"
 #include "runner/subprocess.h"
 
 namespace xrun::cli {
@@ -55,7 +59,7 @@ std::map<int, TaskState> task_states(const std::string& job, std::string& source
     for (const std::string& line : split(text, '\n')) {
       const auto f = split(line, '|');
       if (f.size() < 3 || array_task(f[0]) < 0) continue;
-      out[array_task(f[0])] = {f[1], f[2] == "None" ? "" : f[2]};
+      out[array_task(f[0])] = {f[1].empty() ? "UNKNOWN" : f[1], f[2] == "None" ? "" : f[2]};
     }
   text.clear();
   source = "sacct";
@@ -64,7 +68,13 @@ std::map<int, TaskState> task_states(const std::string& job, std::string& source
     for (const std::string& line : split(text, '\n')) {
       const auto f = split(line, '|');
       if (f.size() < 3 || array_task(f[0]) < 0) continue;
-      out.emplace(array_task(f[0]), TaskState{split(f[1], ' ').front(), "exit " + f[2]});
+      // "CANCELLED by 0" -> CANCELLED; an empty State (seen on real
+      // clusters for a task being requeued) -> UNKNOWN, saying so.
+      const auto words = split(f[1], ' ');
+      if (words.empty() || words.front().empty())
+        out.emplace(array_task(f[0]), TaskState{"UNKNOWN", "sacct gave no state, exit " + f[2]});
+      else
+        out.emplace(array_task(f[0]), TaskState{words.front(), "exit " + f[2]});
     }
     return out;
   }
@@ -75,7 +85,8 @@ std::map<int, TaskState> task_states(const std::string& job, std::string& source
   std::map<std::string, std::string> fields;  // of the record being read
   auto end_record = [&] {
     if (const int i = array_task("_" + fields["ArrayTaskId"]); i >= 0)
-      out.emplace(i, TaskState{fields["JobState"], "exit " + fields["ExitCode"]});
+      out.emplace(i, TaskState{fields["JobState"].empty() ? "UNKNOWN" : fields["JobState"],
+                               "exit " + fields["ExitCode"]});
     fields.clear();
   };
   // Records are blank-line separated; fields are KEY=VALUE words.
@@ -93,25 +104,47 @@ std::map<int, TaskState> task_states(const std::string& job, std::string& source
   return out;
 }
 
+// The last `n` lines of a task's log, each indented and at most kLineBytes
+// (its end). Only the log's last kTailBytes are read: a task that printed
+// hundreds of megabytes costs no more than one that printed five lines.
 std::string last_lines(const fs::path& file, int n) {
-  std::ifstream in(file);
-  std::vector<std::string> lines;
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(line);
+  constexpr size_t kTailBytes = 64 * 1024, kLineBytes = 1000;
+  const RegularFile log = read_regular_file(file.string(), kTailBytes, true);
+  if (log.status == RegularFile::missing) return "";
+  if (log.status != RegularFile::ok)
+    return "    (log " + file.string() + " not read: " + log.why + ")\n";
+  std::vector<std::string> lines = split(log.text, '\n');
+  if (log.cut && lines.size() > 1) lines.erase(lines.begin());  // began mid-line
   std::string out;
-  for (size_t i = lines.size() > static_cast<size_t>(n) ? lines.size() - n : 0; i < lines.size(); ++i)
-    out += "    | " + lines[i] + "\n";
+  for (size_t i = lines.size() > static_cast<size_t>(n) ? lines.size() - n : 0; i < lines.size(); ++i) {
+    const std::string& line = lines[i];
+    out += "    | " +
+           (line.size() > kLineBytes ? "..." + line.substr(line.size() - kLineBytes) : line) + "\n";
+  }
   return out;
 }
 
+// Thrown for a jobs.tsv that cannot be read (a FIFO, a directory, too large).
+struct JobsFileError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // The jobs submitted to one results folder, task by task; returns how many
-// tasks failed, or -1 when the folder holds no jobs.tsv.
+// tasks failed, or -1 when the folder holds no jobs.tsv. Throws
+// JobsFileError when jobs.tsv is there but not a readable regular file.
 int list_jobs(const fs::path& dir) {
-  std::ifstream in(dir / "jobs.tsv");
-  if (!in) return -1;
-  std::string line;
+  constexpr size_t kMaxJobsBytes = 64 << 20;  // some 300,000 submissions
+  const std::string path = (dir / "jobs.tsv").string();
+  const RegularFile tsv = read_regular_file(path, kMaxJobsBytes);
+  if (tsv.status == RegularFile::missing) return -1;
+  if (tsv.status != RegularFile::ok)
+    throw JobsFileError(path + " is " + (tsv.status == RegularFile::not_regular ? "" : "unreadable: ") +
+                        tsv.why + (tsv.status == RegularFile::not_regular ? ", not a regular file" : ""));
+  if (tsv.cut)
+    throw JobsFileError(path + " is larger than " + std::to_string(kMaxJobsBytes >> 20) +
+                        " MiB; xrun submit writes one short line per job");
   int failed = 0;
-  while (std::getline(in, line)) {
+  for (const std::string& line : split(tsv.text, '\n')) {
     const auto f = split(line, '\t');
     if (f.size() < 5) continue;
     const std::string& job = f[0];
@@ -123,7 +156,8 @@ int list_jobs(const fs::path& dir) {
     try {
       PlanOptions o;
       o.sets = nlohmann::json::parse(f[3]).get<std::vector<std::string>>();
-      plan = load_plan(f[2], o);
+      std::error_code ec;
+      if (fs::is_regular_file(f[2], ec)) plan = load_plan(f[2], o);  // never a FIFO
     } catch (const std::exception&) {  // settings are a courtesy: the states still show
     }
     std::string source;
@@ -141,9 +175,12 @@ int list_jobs(const fs::path& dir) {
                 << (settings.empty() ? "" : "  " + settings) << "\n";
       const bool bad = st.state == "FAILED" || st.state == "TIMEOUT" || st.state == "CANCELLED" ||
                        st.state == "OUT_OF_MEMORY" || st.state == "NODE_FAIL";
+      // Slurm's job ids are numbers: any other text names no log of ours.
+      const bool numeric_job = !job.empty() && job.find_first_not_of("0123456789") == std::string::npos;
       if (bad) {
         ++failed;
-        std::cout << last_lines(dir / "logs" / (job + "_" + std::to_string(i) + ".out"), 5);
+        if (numeric_job)
+          std::cout << last_lines(dir / "logs" / (job + "_" + std::to_string(i) + ".out"), 5);
       }
     }
   }
@@ -154,7 +191,13 @@ int list_jobs(const fs::path& dir) {
 
 int jobs_command(const JobsArgs& args) {
   if (!args.results.empty()) {
-    const int failed = list_jobs(args.results);
+    int failed = 0;
+    try {
+      failed = list_jobs(args.results);
+    } catch (const JobsFileError& e) {
+      std::cerr << "xrun jobs: " << e.what() << "\n";
+      return kUsage;
+    }
     if (failed < 0) {
       std::cerr << "xrun jobs: no jobs submitted to " << args.results
                 << " (no jobs.tsv: the --results of xrun submit)\n";
@@ -174,11 +217,17 @@ int jobs_command(const JobsArgs& args) {
     return kUsage;
   }
   int failed = 0;
+  bool unreadable = false;
   for (const fs::path& dir : dirs) {
     std::cout << dir.string() << ":\n";
-    failed += list_jobs(dir);
+    try {
+      failed += list_jobs(dir);
+    } catch (const JobsFileError& e) {
+      std::cerr << "xrun jobs: " << e.what() << "\n";
+      unreadable = true;
+    }
   }
-  return failed ? kRunFailed : kOk;
+  return unreadable ? kUsage : failed ? kRunFailed : kOk;
 }
 
 }  // namespace xrun::cli

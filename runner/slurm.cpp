@@ -1,8 +1,11 @@
 // runner/slurm.cpp: see slurm.h.
 #include "runner/slurm.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <set>
+#include <stdexcept>
 
 #include "store/store.h"
 
@@ -22,7 +25,52 @@ std::string task_store(const std::string& results, int run) {
   return (std::filesystem::path(results) / ("task-" + std::to_string(run) + ".db")).string();
 }
 
+namespace {
+
+// `c` as \uXXXX.
+std::string escaped_char(unsigned char c) {
+  char code[8];
+  std::snprintf(code, sizeof code, "\\u%04X", c);
+  return code;
+}
+
+// "" or what is wrong with one value: its first control character (the
+// value shown with every control character as \uXXXX).
+std::string control_character(const std::string& what, const std::string& value) {
+  const auto bad = [](unsigned char c) { return c < 0x20 || c == 0x7f; };
+  const auto first = std::find_if(value.begin(), value.end(), bad);
+  if (first == value.end()) return "";
+  std::string shown;
+  for (unsigned char c : value) shown += bad(c) ? escaped_char(c) : std::string(1, char(c));
+  const unsigned char c = *first;
+  return what + " \"" + shown + "\" holds a control character (" + escaped_char(c) +
+         (c == '\n' || c == '\r' ? ", a line break" : "") +
+         "); a value written into the batch script must be one line of printable text";
+}
+
+}  // namespace
+
+std::string slurm_script_problem(const SlurmJob& job) {
+  const std::pair<std::string, const std::string*> values[] = {
+      {"the experiment name", &job.name},
+      {"--partition", &job.partition},
+      {"--mem", &job.mem},
+      {"--time", &job.time},
+      {"the working directory (the job's --chdir)", &job.workdir},
+      {"--results", &job.results},
+      {"the frozen experiment's path", &job.experiment},
+      {"the path of the xrun binary", &job.xrun},
+  };
+  for (const auto& [what, value] : values)
+    if (std::string p = control_character(what, *value); !p.empty()) return p;
+  for (const std::string& set : job.sets)
+    if (std::string p = control_character("--set", set); !p.empty()) return p;
+  return "";
+}
+
 std::string slurm_batch_script(const SlurmJob& job) {
+  if (const std::string problem = slurm_script_problem(job); !problem.empty())
+    throw std::invalid_argument(problem);
   const int tasks = static_cast<int>(job.runs.size());
   std::string s = "#!/bin/bash\n";
   s += "# Written by `xrun submit`: " + std::to_string(tasks) + " run(s) of " + job.name +

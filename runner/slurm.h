@@ -29,7 +29,16 @@ struct SlurmJob {
   int max_parallel = 0;             // 0 = no limit on tasks running at once
 };
 
-// The batch script (bash, #SBATCH lines first).
+// "" when every text of `job` can go into the batch script, else what is
+// wrong, naming the option it came from ("--partition holds a control
+// character (\u000A, a line break) ..."): a line break in a value would end
+// its #SBATCH line or comment and start a command of its own, so no value
+// that reaches the script may hold a control character. Everything else is
+// quoted there.
+std::string slurm_script_problem(const SlurmJob& job);
+
+// The batch script (bash, #SBATCH lines first). Throws std::invalid_argument
+// when slurm_script_problem(job) is not "".
 std::string slurm_batch_script(const SlurmJob& job);
 
 // `s` as one word for bash: in single quotes unless it is plain.

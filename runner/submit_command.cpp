@@ -1,26 +1,35 @@
 // runner/submit_command.cpp: `xrun submit FILE --slurm`: plans the sweep as
 // `xrun run` does (same validation, exit 2 on a bad file, nothing
 // submitted), leaves out runs already complete in the results folder,
-// freezes the experiment file there (a copy named by its content, so the
-// planned runs cannot change if FILE is edited while the job waits), writes
-// the job array's batch script beside it (runner/slurm.h) and submits it
-// with `sbatch --parsable`. --dry-run prints the script and writes and
-// submits nothing.
+// freezes the experiment file there (the bytes read once, so a FIFO or
+// <(...) plans and freezes the same text; a copy named by its SHA-256 and
+// reused only when its bytes are the same, so the planned runs cannot
+// change if FILE is edited while the job waits), writes the job array's
+// batch script beside it under a name no other submission holds
+// (runner/slurm.h: values with control characters refused, exit 2) and
+// submits it with `sbatch --parsable`. --dry-run prints the script and
+// writes and submits nothing.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "runner/atomic_file.h"
 #include "runner/commands.h"
 #include "runner/experiment.h"
+#include "runner/sha256.h"
 #include "runner/slurm.h"
 #include "runner/subprocess.h"
 
@@ -30,11 +39,82 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// stem + ext, or stem-N + ext for N > 1.
+std::string numbered(const std::string& stem, int n, const char* ext) {
+  std::string name = stem;
+  if (n > 1) {
+    name += '-';
+    name += std::to_string(n);
+  }
+  return name + ext;
+}
+
+// True when `path` is a regular file (not followed through a link) holding
+// exactly `bytes`; never blocks on a FIFO.
+bool holds_exactly(const fs::path& path, const std::string& bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  bool same = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+              static_cast<uint64_t>(st.st_size) == bytes.size();
+  std::string text;
+  char buf[65536];
+  ssize_t n = 0;
+  while (same && (n = ::read(fd, buf, sizeof buf)) > 0 && text.size() <= bytes.size())
+    text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return same && n == 0 && text == bytes;
+}
+
+// Where the frozen copy of `text` goes in `results`: experiment-SHA256.toml,
+// or, when a file of that name holds other bytes (edited by hand, or not a
+// regular file), the first experiment-SHA256-N.toml that is absent or holds
+// exactly `text`. `exists`: it is there already, with those bytes.
+fs::path frozen_copy(const fs::path& results, const std::string& text, bool& exists) {
+  const std::string stem = "experiment-" + sha256_hex(text);
+  for (int n = 1;; ++n) {
+    const fs::path path = results / numbered(stem, n, ".toml");
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(path, ec))) {
+      exists = false;
+      return path;
+    }
+    if (holds_exactly(path, text)) {
+      exists = true;
+      return path;
+    }
+  }
+}
+
+// Creates results/job-STAMP.sh holding `script`, or job-STAMP-N.sh when that
+// name is taken (two submissions in one second): O_EXCL, so no two
+// submissions ever share a script. Returns its path; throws on an error.
+std::string write_new_script(const fs::path& results, const std::string& stamp,
+                             const std::string& script) {
+  for (int n = 1;; ++n) {
+    const fs::path path = results / numbered("job-" + stamp, n, ".sh");
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST && n < 10000) continue;
+    if (fd < 0) throw std::runtime_error("cannot write " + path.string() + ": " + std::strerror(errno));
+    size_t done = 0;
+    while (done < script.size()) {
+      const ssize_t w = ::write(fd, script.data() + done, script.size() - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        const int err = errno;
+        ::close(fd);
+        ::unlink(path.c_str());
+        throw std::runtime_error("cannot write " + path.string() + ": " + std::strerror(err));
+      }
+      done += static_cast<size_t>(w);
+    }
+    if (::close(fd) != 0) {
+      const int err = errno;
+      ::unlink(path.c_str());
+      throw std::runtime_error("cannot write " + path.string() + ": " + std::strerror(err));
+    }
+    return path.string();
+  }
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -59,13 +139,17 @@ int submit_command(const SubmitArgs& args) {
     std::cerr << "xrun submit: say where to submit: --slurm (the only scheduler xrun submits to)\n";
     return kUsage;
   }
+  // The file is read once: a FIFO or <(...) yields its bytes one time, and
+  // the plan and the frozen copy come from the same bytes.
+  std::string text;
   Plan plan;
   try {
     PlanOptions options;
     options.sets = args.sets;
     // The submitting host (a login node) may have no GPU: runs on cuda
     // devices are checked where they train.
-    plan = load_plan(args.file, options);
+    text = read_experiment_file(args.file);
+    plan = load_plan_from_string(text, args.file, options);
   } catch (const ExperimentError& e) {
     std::cerr << "xrun: " << e.what() << "\n";
     return kUsage;
@@ -84,8 +168,31 @@ int submit_command(const SubmitArgs& args) {
     std::cerr << "xrun submit: --results " << results.string() << " is a file; give a folder\n";
     return kUsage;
   }
+  const fs::file_status jobs_tsv = fs::symlink_status(results / "jobs.tsv", ec);
+  if (fs::exists(jobs_tsv) && !fs::is_regular_file(jobs_tsv)) {
+    std::cerr << "xrun submit: " << (results / "jobs.tsv").string()
+              << " is not a regular file; xrun submit appends a line per job there\n";
+    return kUsage;
+  }
 
   SlurmJob job;
+  bool frozen_exists = false;
+  job.name = plan.name;
+  job.xrun = fs::read_symlink("/proc/self/exe", ec).string();
+  job.experiment = frozen_copy(results, text, frozen_exists).string();
+  job.results = results.string();
+  job.workdir = fs::current_path(ec).string();
+  job.sets = args.sets;
+  job.partition = args.partition;
+  job.gpus_per_run = args.gpus_per_run;
+  job.cpus_per_run = args.cpus_per_run;
+  job.mem = args.mem;
+  job.time = args.time;
+  job.max_parallel = args.max_parallel;
+  if (const std::string problem = slurm_script_problem(job); !problem.empty()) {
+    std::cerr << "xrun submit: " << problem << "; nothing submitted\n";
+    return kUsage;
+  }
   try {
     job.runs = runs_left(plan, args.only, results.string());
   } catch (const std::exception& e) {
@@ -97,30 +204,17 @@ int submit_command(const SubmitArgs& args) {
               << "; nothing to submit\n";
     return kOk;
   }
-  const std::string text = read_file(args.file);
-  job.name = plan.name;
-  job.xrun = fs::read_symlink("/proc/self/exe", ec).string();
-  job.experiment = (results / ("experiment-" + short_hash(fnv1a_hex(text)) + ".toml")).string();
-  job.results = results.string();
-  job.workdir = fs::current_path(ec).string();
-  job.sets = args.sets;
-  job.partition = args.partition;
-  job.gpus_per_run = args.gpus_per_run;
-  job.cpus_per_run = args.cpus_per_run;
-  job.mem = args.mem;
-  job.time = args.time;
-  job.max_parallel = args.max_parallel;
   const std::string script = slurm_batch_script(job);
   if (args.dry_run) {
     std::cout << script;
     return kOk;
   }
 
-  const std::string script_path = (results / ("job-" + utc_stamp() + ".sh")).string();
+  std::string script_path;
   try {
     fs::create_directories(results / "logs");
-    if (!fs::exists(job.experiment)) write_file(job.experiment, text);
-    write_file(script_path, script);
+    if (!frozen_exists) write_file(job.experiment, text);
+    script_path = write_new_script(results, utc_stamp(), script);
   } catch (const std::exception& e) {
     std::cerr << "xrun submit: " << e.what() << "\n";
     return kRunFailed;

@@ -2,8 +2,15 @@
 // --where values are bound as SQL parameters and keys are checked, so
 // injection payloads match exactly what they spell; run names and labels
 // carrying markup are escaped in the HTML report (checked in headless
-// Chromium: no script of theirs runs) and in the JSON outputs.
+// Chromium: no script of theirs runs) and in the JSON outputs. Issue #20:
+// no value with a control character reaches a Slurm batch script (each
+// refused by the option's name), and an experiment name is one folder name
+// (no '/' or '..') for every command.
 #include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -73,7 +80,9 @@ TEST_CASE("security: --where values are parameters: payloads match only themselv
 
 TEST_CASE("security: markup in run names and labels is text in the report, the JSON and the trace", "[cli][security]") {
   CliFixture f;
-  const std::string file = f.write_experiment("x.toml", R"(name = "x\"><script>document.body.setAttribute('data-pwned','name')</script>"
+  // A name is one folder name (no '/'), so its payload is an element that
+  // needs no closing tag.
+  const std::string file = f.write_experiment("x.toml", R"(name = "x\"><svg onload=\"document.body.setAttribute('data-pwned','name')\">"
 description = "<b>bold</b> & 'quotes'"
 [model]
 arch = "resnet18"
@@ -104,7 +113,7 @@ label = "<img src=x onerror=\"document.body.setAttribute('data-pwned','label')\"
   auto show = f.xrun("show 1 --json" + db);
   REQUIRE(show.status == 0);
   const auto j = nlohmann::json::parse(show.output);
-  CHECK(j.at("experiment") == "x\"><script>document.body.setAttribute('data-pwned','name')</script>");
+  CHECK(j.at("experiment") == "x\"><svg onload=\"document.body.setAttribute('data-pwned','name')\">");
   CHECK(j.at("label") == "<img src=x onerror=\"document.body.setAttribute('data-pwned','label')\">");
   const std::string trace = f.dir.file("trace.json");
   REQUIRE(f.xrun("trace 1 -o " + shell_quote(trace) + db).status == 0);
@@ -116,9 +125,9 @@ label = "<img src=x onerror=\"document.body.setAttribute('data-pwned','label')\"
   INFO(report.output);
   REQUIRE(report.status == 0);
   const std::string page = xrun_test::read_bytes(html);
-  CHECK(page.find("<script>document") == std::string::npos);
+  CHECK(page.find("<svg onload") == std::string::npos);
   CHECK(page.find("<img src=x") == std::string::npos);
-  CHECK(page.find("&lt;script&gt;") != std::string::npos);
+  CHECK(page.find("&lt;svg onload") != std::string::npos);
 
   const std::string browser = chromium();
   if (browser.empty()) {
@@ -134,4 +143,85 @@ label = "<img src=x onerror=\"document.body.setAttribute('data-pwned','label')\"
   const std::string dom = rendered_dom(browser, f, html);
   CHECK_THAT(dom, Contains("</html>"));
   CHECK_THAT(dom, !Contains("data-pwned=\""));
+}
+
+// --- Issue 20, hostile input: what reaches a Slurm batch script, and names ---
+
+TEST_CASE("security: a line break in a value never reaches the batch script", "[cli][security][submit]") {
+  CliFixture f;
+  const std::string toml = tiny_experiment("t", "steps = 2\neval = false");
+  f.write_experiment("t.toml", toml);
+  // Each would end its #SBATCH line (or the comment that names the results
+  // folder) and run `touch PWNED` as a command of the job.
+  const std::string payload = "gpu\ntouch PWNED #";
+  for (const std::string option : {"--partition", "--mem", "--time", "--results"}) {
+    const auto r = f.xrun("submit t.toml --slurm --dry-run " + option + " " + shell_quote(payload));
+    INFO(option << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Contains("xrun submit: " + option + " \"") &&
+                             Contains("gpu\\u000Atouch PWNED #\" holds a control character "
+                                      "(\\u000A, a line break)"));
+    CHECK_THAT(r.output, !Contains("#SBATCH") && !Contains("\ntouch PWNED"));
+  }
+  // A carriage return or a tab is refused as well; a quote is quoted.
+  CHECK(f.xrun("submit t.toml --slurm --dry-run --mem " + shell_quote("16G\r")).status == 2);
+  CHECK(f.xrun("submit t.toml --slurm --dry-run --time " + shell_quote("1:00\t")).status == 2);
+  const auto quoted = f.xrun("submit t.toml --slurm --dry-run --partition " + shell_quote("gpu' x"));
+  CHECK(quoted.status == 0);
+  CHECK_THAT(quoted.output, Contains("#SBATCH --partition='gpu'\\'' x'\n"));
+
+  // A working directory whose name holds a line break (the --chdir line).
+  const std::string dir = f.dir.file("a\ntouch PWNED #");
+  std::filesystem::create_directories(dir);
+  xrun_test::write_bytes(dir + "/t.toml", toml);
+  const auto r = xrun_test::run_command("cd " + shell_quote(dir) + " && " +
+                                        shell_quote(xrun_test::xrun_binary()) +
+                                        " submit t.toml --slurm --dry-run");
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Contains("the working directory (the job's --chdir) ") &&
+                           Contains("holds a control character (\\u000A, a line break)"));
+  CHECK_THAT(r.output, !Contains("#SBATCH"));
+  CHECK_FALSE(std::filesystem::exists(f.dir.file("PWNED")));
+  CHECK_FALSE(std::filesystem::exists(dir + "/PWNED"));
+}
+
+TEST_CASE("security: an experiment name is one folder name, for every command", "[cli][security][submit]") {
+  CliFixture f;
+  // `xrun submit` puts its results in xrun-results/NAME: each of these
+  // would put them (logs, script, frozen copy, jobs.tsv) elsewhere.
+  for (const std::string name : {"../x", "../../x", "/tmp/x", "a/b", "..", ".", "x/..", "a..b"}) {
+    INFO(name);
+    const std::string file =
+        f.write_experiment("n.toml", tiny_experiment(name, "steps = 2\neval = false"));
+    bool refused = true;
+    for (const std::string& command :
+         std::vector<std::string>{"plan n.toml", "run n.toml --db " + shell_quote(f.db()),
+                                  "submit n.toml --slurm --dry-run", "submit n.toml --slurm"}) {
+      // A submission that would write is only tried once the dry run was
+      // refused: a build without the rule must not write outside the test.
+      if (!refused) break;
+      const auto r = f.xrun(command);
+      INFO(command << "\n" << r.output);
+      refused = r.status == 2;
+      CHECK(r.status == 2);
+      CHECK_THAT(r.output, Contains("name: expected a non-empty name") &&
+                               Contains("usable as one folder name (no '/' or '..', not '.')") &&
+                               Contains("n.toml:1"));
+    }
+  }
+  // --set name=... meets the same rule.
+  f.write_experiment("ok.toml", tiny_experiment("ok", "steps = 2\neval = false"));
+  CHECK(f.xrun("plan ok.toml --set 'name=\"../x\"'").status == 2);
+  // Nothing was written anywhere: no results folder, no store, nothing beside.
+  CHECK_FALSE(std::filesystem::exists(f.dir.file("x")));
+  CHECK_FALSE(std::filesystem::exists(f.dir.file("xrun-results")));
+  CHECK_FALSE(std::filesystem::exists(f.db()));
+  // Names that are one folder name still plan.
+  for (const std::string name : {"resnet-50_sweep v2", "a.b", ".hidden", "Grafikkarte-Ü"}) {
+    f.write_experiment("good.toml", tiny_experiment(name, "steps = 2\neval = false"));
+    const auto r = f.xrun("plan good.toml");
+    INFO(name << "\n" << r.output);
+    CHECK(r.status == 0);
+  }
 }

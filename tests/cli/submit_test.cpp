@@ -9,11 +9,20 @@
 // error says so; and the written script, run by bash as Slurm would run
 // array task 1, trains that task's run into its own store. And the README's
 // cluster example, eight runs from submit to compare, run as written there.
+// Hostile input (issue #20): a FIFO or <(...) read once and frozen as
+// planned; frozen copies named by SHA-256 and compared before reuse, one
+// script per submission; jobs facing an empty sacct State, a gigabyte log
+// and a FIFO for jobs.tsv; collect letting a completed retry win over a
+// dead try's running row, and skipping a corrupt task store by name.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "cli_util.h"
 #include "slurm_cluster.h"
@@ -364,4 +373,272 @@ TEST_CASE("Slurm: the README's cluster example, eight runs from submit to compar
   // One group per batch size, each with its baseline and a ratio.
   CHECK(occurrences(compare.output, "1.000  baseline") == 4);
   std::cout << compare.output;  // the README shows it
+}
+
+// --- Issue 20, hostile input: what submit, jobs and collect read ---
+
+namespace {
+
+// A stand-in sbatch in DIR/bin that accepts every script as job 4343 and
+// keeps a copy of it (DIR/bin/submitted-N.sh, in order); `with_bin`
+// prefixes a command with that PATH.
+void fake_sbatch(const CliFixture& f) {
+  std::filesystem::create_directories(f.dir.file("bin"));
+  write_bytes(f.dir.file("bin/sbatch"),
+              "#!/bin/sh\nd=\"$(dirname \"$0\")\"\nn=$(ls \"$d\" | grep -c '^submitted-')\n"
+              "cp \"$2\" \"$d/submitted-$n.sh\"\necho 4343\n");
+  std::filesystem::permissions(f.dir.file("bin/sbatch"), std::filesystem::perms::owner_all);
+}
+std::string with_bin(const CliFixture& f, const std::string& xrun_args) {
+  return "cd " + shell_quote(f.dir.str()) + " && PATH=" + shell_quote(f.dir.file("bin")) +
+         ":$PATH " + shell_quote(xrun_binary()) + " " + xrun_args;
+}
+
+// The frozen experiment a batch script runs: the word after " run ".
+std::string frozen_of(const std::string& script) {
+  const size_t at = script.find("exec ");
+  const size_t run = script.find(" run ", at);
+  const size_t end = script.find(" --only", run);
+  REQUIRE((at != std::string::npos && run != std::string::npos && end != std::string::npos));
+  return script.substr(run + 5, end - run - 5);
+}
+
+std::vector<std::string> files_starting(const std::string& dir, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("xrun submit reads the experiment file once: a FIFO and <(...) freeze the bytes planned",
+          "[cli][submit][hostile]") {
+  CliFixture f;
+  fake_sbatch(f);
+  const std::string text = four_runs();
+  f.write_experiment("tiny.toml", text);
+  // Process substitution: before, the plan read the pipe and the frozen
+  // copy was the empty second reading, submitted with exit 0.
+  const CommandResult sub =
+      run_command("bash -c " + shell_quote(with_bin(f, "submit <(cat tiny.toml) --slurm --results out")));
+  INFO(sub.output);
+  REQUIRE(sub.status == 0);
+  const std::string script = read_bytes(f.dir.file("bin/submitted-0.sh"));
+  CHECK(read_bytes(frozen_of(script)) == text);
+  // A named FIFO: before, the second reading waited for a writer for ever.
+  REQUIRE(run_command("mkfifo " + shell_quote(f.dir.file("tiny.fifo"))).status == 0);
+  const CommandResult fifo = run_command(
+      "(cat " + shell_quote(f.dir.file("tiny.toml")) + " > " + shell_quote(f.dir.file("tiny.fifo")) +
+      " &) && timeout 60 sh -c " + shell_quote(with_bin(f, "submit tiny.fifo --slurm --results out2")));
+  INFO(fifo.output);
+  REQUIRE(fifo.status == 0);
+  CHECK(read_bytes(frozen_of(read_bytes(f.dir.file("bin/submitted-1.sh")))) == text);
+}
+
+TEST_CASE("xrun submit: frozen copies named by SHA-256, reused only with the same bytes, one script each",
+          "[cli][submit][hostile]") {
+  CliFixture f;
+  fake_sbatch(f);
+  // Two files whose 32-bit FNV-1a names collided (found by a birthday search
+  // over the comment's number): each must freeze its own bytes.
+  const std::string a = four_runs() + "# 132645\n", b = four_runs() + "# 213508\n";
+  f.write_experiment("a.toml", a);
+  f.write_experiment("b.toml", b);
+  const CommandResult first = run_command(with_bin(f, "submit a.toml --slurm --results out"));
+  INFO(first.output);
+  REQUIRE(first.status == 0);
+  const CommandResult second = run_command(with_bin(f, "submit b.toml --slurm --results out"));
+  INFO(second.output);
+  REQUIRE(second.status == 0);
+  const std::string frozen_a = frozen_of(read_bytes(f.dir.file("bin/submitted-0.sh")));
+  const std::string frozen_b = frozen_of(read_bytes(f.dir.file("bin/submitted-1.sh")));
+  CHECK(read_bytes(frozen_a) == a);
+  CHECK(read_bytes(frozen_b) == b);
+  // The name is the content's SHA-256, as sha256sum computes it.
+  const CommandResult sum = run_command("sha256sum " + shell_quote(f.dir.file("a.toml")));
+  REQUIRE(sum.status == 0);
+  CHECK(std::filesystem::path(frozen_a).filename() == "experiment-" + sum.output.substr(0, 64) + ".toml");
+
+  // A file of that name holding other bytes (edited by hand) is left as it
+  // is and not used: the copy goes beside it.
+  write_bytes(frozen_a, "name = \"edited\"\n");
+  const CommandResult third = run_command(with_bin(f, "submit a.toml --slurm --results out"));
+  INFO(third.output);
+  REQUIRE(third.status == 0);
+  const std::string frozen_a2 = frozen_of(read_bytes(f.dir.file("bin/submitted-2.sh")));
+  CHECK(frozen_a2 != frozen_a);
+  CHECK(read_bytes(frozen_a2) == a);
+  CHECK(read_bytes(frozen_a) == "name = \"edited\"\n");
+  // The same bytes again reuse their copy.
+  REQUIRE(run_command(with_bin(f, "submit b.toml --slurm --results out")).status == 0);
+  CHECK(frozen_of(read_bytes(f.dir.file("bin/submitted-3.sh"))) == frozen_b);
+
+  // Submissions within one second: each has a script of its own (before,
+  // the second overwrote the first's job-STAMP.sh).
+  const CommandResult burst = run_command(with_bin(f, "submit a.toml --slurm --results burst") + " && " +
+                                          with_bin(f, "submit b.toml --slurm --results burst") + " && " +
+                                          with_bin(f, "submit a.toml --slurm --results burst"));
+  INFO(burst.output);
+  REQUIRE(burst.status == 0);
+  const auto scripts = files_starting(f.dir.file("burst"), "job-");
+  CHECK(scripts.size() == 3);
+  // jobs.tsv names three scripts, each freezing what its submission read.
+  std::set<std::string> named;
+  std::istringstream tsv(read_bytes(f.dir.file("burst/jobs.tsv")));
+  const std::string expected[] = {a, b, a};
+  size_t line_no = 0;
+  for (std::string line; std::getline(tsv, line) && line_no < 3; ++line_no) {
+    const size_t tab = line.find('\t');
+    const std::string script = line.substr(tab + 1, line.find('\t', tab + 1) - tab - 1);
+    named.insert(script);
+    CHECK(read_bytes(frozen_of(read_bytes(script))) == expected[line_no]);
+  }
+  CHECK(line_no == 3);
+  CHECK(named.size() == 3);
+}
+
+TEST_CASE("xrun jobs: an empty sacct State, a huge log and a FIFO for jobs.tsv",
+          "[cli][submit][hostile]") {
+  CliFixture f;
+  f.write_experiment("tiny.toml", four_runs());
+  std::filesystem::create_directories(f.dir.file("bin"));
+  std::filesystem::create_directories(f.dir.file("out/logs"));
+  write_bytes(f.dir.file("bin/squeue"), "#!/bin/sh\nexit 0\n");
+  // A task being requeued can show with no State at all.
+  write_bytes(f.dir.file("bin/sacct"), "#!/bin/sh\nprintf '4242_0||0:0\\n4242_1|FAILED|1:0\\n'\n");
+  std::filesystem::permissions(f.dir.file("bin/squeue"), std::filesystem::perms::owner_all);
+  std::filesystem::permissions(f.dir.file("bin/sacct"), std::filesystem::perms::owner_all);
+  write_bytes(f.dir.file("out/jobs.tsv"), "4242\t/x/job.sh\t" + f.dir.file("tiny.toml") + "\t[]\t0,1\n");
+  // Task 1 printed a gigabyte (sparse here: no disk) before its last words.
+  const std::string log = f.dir.file("out/logs/4242_1.out");
+  write_bytes(log, "training...\n");
+  std::filesystem::resize_file(log, 1ull << 30);
+  {
+    std::ofstream(log, std::ios::app) << "\nxrun: run #1 failed: out of memory\n";
+  }
+  // Under a 512 MiB address-space limit: a log read whole cannot fit.
+  const CommandResult r = run_command("ulimit -v 524288 && " + with_bin(f, "jobs --results out"));
+  INFO(r.output);
+  CHECK(r.status == 1);  // task 1 failed; before, the empty State was a segfault (139)
+  CHECK_THAT(r.output, Contains("task 0  run 0  UNKNOWN (sacct gave no state, exit 0:0)"));
+  CHECK_THAT(r.output, Contains("task 1  run 1  FAILED (exit 1:0)") &&
+                           Contains("    | xrun: run #1 failed: out of memory\n"));
+
+  // A FIFO where jobs.tsv belongs: refused by name, never waited on.
+  std::filesystem::create_directories(f.dir.file("fifo"));
+  std::filesystem::create_directories(f.dir.file("xrun-results/x"));
+  for (const char* tsv : {"fifo/jobs.tsv", "xrun-results/x/jobs.tsv"})
+    REQUIRE(run_command("mkfifo " + shell_quote(f.dir.file(tsv))).status == 0);
+  const CommandResult fifo = run_command("cd " + shell_quote(f.dir.str()) + " && timeout 60 " +
+                                         shell_quote(xrun_binary()) + " jobs --results fifo");
+  INFO(fifo.output);
+  CHECK(fifo.status == 2);
+  CHECK_THAT(fifo.output, Contains("fifo/jobs.tsv is a FIFO, not a regular file"));
+  const CommandResult all = run_command("cd " + shell_quote(f.dir.str()) + " && timeout 60 " +
+                                        shell_quote(xrun_binary()) + " jobs");
+  INFO(all.output);
+  CHECK(all.status == 2);
+  CHECK_THAT(all.output, Contains("xrun-results/x/jobs.tsv is a FIFO, not a regular file"));
+  // collect reads jobs.tsv too.
+  const CommandResult collect = run_command("cd " + shell_quote(f.dir.str()) + " && timeout 60 " +
+                                            shell_quote(xrun_binary()) + " collect fifo --into all.db");
+  INFO(collect.output);
+  CHECK(collect.status == 1);
+  CHECK_THAT(collect.output, Contains("fifo/jobs.tsv is a FIFO, not a regular file"));
+}
+
+TEST_CASE("xrun collect: a completed retry wins over the running row its dead first try left",
+          "[cli][submit][hostile]") {
+  CliFixture f;
+  f.write_experiment("tiny.toml", four_runs());
+  std::filesystem::create_directories(f.dir.file("out"));
+  const std::string task = f.dir.file("out/task-1.db");
+  // Run 1's first try, on node A, was SIGKILLed mid-run: its row stays
+  // `running` there (made here from a finished run, as node A would leave it).
+  REQUIRE(f.xrun("run tiny.toml --only 1 --db out/task-1.db").status == 0);
+  REQUIRE(run_command("sqlite3 " + shell_quote(task) +
+                      " \"UPDATE runs SET status = 'running', host = 'node-a', finished_at = NULL\"")
+              .status == 0);
+  // Slurm requeues the task on node B (here), and it completes.
+  const CommandResult retry = f.xrun("run tiny.toml --only 1 --db out/task-1.db");
+  INFO(retry.output);
+  REQUIRE(retry.status == 0);
+  const std::string before = read_bytes(task);
+  const CommandResult c = f.xrun("collect out --into all.db");
+  INFO(c.output);
+  CHECK(c.status == 0);
+  CHECK_THAT(c.output, Contains("run 1: a try left run ") && Contains("a later try completed it"));
+  CHECK_THAT(c.output, Contains("collected 1 task store(s)") && Contains("2 run(s) added"));
+  CHECK_THAT(c.output, !Contains("still running"));
+  const CommandResult rows = run_command(
+      "sqlite3 " + shell_quote(f.dir.file("all.db")) +
+      " \"SELECT group_concat(status, ' ') FROM (SELECT status FROM runs ORDER BY status)\"");
+  CHECK(rows.output == "complete interrupted\n");
+  CHECK(read_bytes(task) == before);  // the task store is only read
+  // Collecting again adds nothing.
+  CHECK_THAT(f.xrun("collect out --into all.db").output, Contains("0 run(s) added, 2 already present"));
+}
+
+TEST_CASE("xrun collect: a corrupt task store is named and skipped, the others collected, exit 1",
+          "[cli][submit][hostile]") {
+  CliFixture f;
+  f.write_experiment("tiny.toml", four_runs());
+  std::filesystem::create_directories(f.dir.file("out"));
+  for (int run : {0, 2, 3})
+    REQUIRE(f.xrun("run tiny.toml --only " + std::to_string(run) + " --db out/task-" +
+                   std::to_string(run) + ".db")
+                .status == 0);
+  // Garbage in the steps table's b-tree page of task 2: the file opens and
+  // its runs list, only an integrity check finds it.
+  const std::string task2 = f.dir.file("out/task-2.db");
+  const CommandResult page = run_command("sqlite3 " + shell_quote(task2) +
+                                         " \"SELECT rootpage FROM sqlite_master WHERE name = 'steps'\"");
+  REQUIRE(page.status == 0);
+  {
+    std::fstream db(task2, std::ios::in | std::ios::out | std::ios::binary);
+    db.seekp((std::stol(page.output) - 1) * 4096 + 8);
+    db << std::string(64, '\xff');
+  }
+  // And a file of that name that is no xrun store at all.
+  write_bytes(f.dir.file("out/task-3.db"), "not a database, not even SQLite\n");
+  const CommandResult c = f.xrun("collect out --into all.db");
+  INFO(c.output);
+  CHECK(c.status == 1);
+  CHECK_THAT(c.output, Contains("run 2: out/task-2.db is corrupt (SQLite's quick_check: "));
+  CHECK_THAT(c.output, Contains("run 3: ") && Contains("task-3.db cannot be read ("));
+  CHECK_THAT(c.output, Contains("collected 1 task store(s)") && Contains("1 run(s) added") &&
+                           Contains("2 store(s) or file(s) not read (above)"));
+  CHECK(run_command("sqlite3 " + shell_quote(f.dir.file("all.db")) +
+                    " \"SELECT count(*) FROM runs WHERE status = 'complete'\"")
+            .output == "1\n");
+}
+
+TEST_CASE("Slurm: spaces, quotes and $ in the working directory and --results are quoted, not run",
+          "[cli][submit][slurm][hostile]") {
+  REQUIRE(SlurmCluster::missing().empty());
+  SlurmCluster cluster;
+  CliFixture f;
+  // sbatch reads the #SBATCH values (--chdir, --output) with its own
+  // quoting, bash the exec line: both must see each path as one word.
+  const std::string dir = f.dir.file("it's a $HOME dir");
+  std::filesystem::create_directories(dir);
+  write_bytes(dir + "/tiny.toml", four_runs());
+  const std::string results = "out put's $(touch PWNED) `x`";
+  const CommandResult sub = run_command("cd " + shell_quote(dir) + " && " + shell_quote(xrun_binary()) +
+                                        " submit tiny.toml --slurm --only 0 --cpus-per-run 1 --results " +
+                                        shell_quote(results));
+  INFO(sub.output);
+  REQUIRE(sub.status == 0);
+  INFO("cluster logs: " << cluster.log_dir());
+  REQUIRE(cluster.wait_idle(300));
+  const CommandResult c = run_command("cd " + shell_quote(dir) + " && " + shell_quote(xrun_binary()) +
+                                      " collect " + shell_quote(results) + " --into all.db");
+  INFO(c.output);
+  CHECK(c.status == 0);
+  CHECK_THAT(c.output, Contains("collected 1 task store(s)") && Contains("1 run(s) added"));
+  CHECK(files_starting(dir + "/" + results + "/logs", "").size() == 1);  // --output as written
+  CHECK_FALSE(std::filesystem::exists(dir + "/PWNED"));
+  CHECK_FALSE(std::filesystem::exists(f.dir.file("PWNED")));
 }

@@ -1,0 +1,43 @@
+// tests/config/sha256_test.cpp: the self-contained SHA-256 of runner/hash.cpp
+// (the frozen experiment copies of `xrun submit` are named by it) against
+// the FIPS 180-4 examples and every padding case: a tail that fits in the
+// last block, one that needs a second block, and whole blocks.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "runner/sha256.h"
+
+using xrun::sha256_hex;
+
+TEST_CASE("SHA-256: the FIPS 180-4 examples", "[config][hash][sha256]") {
+  CHECK(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  CHECK(sha256_hex("abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopq"
+                   "klmnopqrlmnopqrsmnopqrstnopqrstu") ==
+        "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+  CHECK(sha256_hex(std::string(1000000, 'a')) ==
+        "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST_CASE("SHA-256: lengths around the block and padding boundaries", "[config][hash][sha256]") {
+  // Python's hashlib.sha256(b"a" * n).hexdigest().
+  const std::pair<size_t, const char*> cases[] = {
+      {55, "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318"},
+      {56, "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a"},
+      {63, "7d3e74a05d7db15bce4ad9ec0658ea98e3f06eeecf16b4c6fff2da457ddc2f34"},
+      {64, "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb"},
+      {65, "635361c48bb9eab14198e76ea8ab7f1a41685d6ad62aa9146d301d4f17eb0ae0"},
+      {119, "31eba51c313a5c08226adf18d4a359cfdfd8d2e816b13f4af952f7ea6584dcfb"},
+      {120, "2f3d335432c70b580af0e8e1b3674a7c020d683aa5f73aaaedfdc55af904c21c"},
+  };
+  for (const auto& [n, digest] : cases) {
+    INFO(n << " bytes");
+    CHECK(sha256_hex(std::string(n, 'a')) == digest);
+  }
+  // Bytes with the high bit set are bytes, not signed chars.
+  CHECK(sha256_hex(std::string("\xff", 1)) ==
+        "a8100ae6aa1940d0b663bb31cd466142ebbdbd5187131b92d93818987832eb89");
+}
