@@ -3,6 +3,7 @@
 // the real binary on real files and asserts the exit code, the message and
 // that no stored byte was lost.
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -396,4 +397,99 @@ TEST_CASE("hostile: invalid UTF-8 written into a store by another program is sho
   CHECK_NOTHROW(nlohmann::json::parse(show.output));
   CHECK(f.xrun("export --format json" + db).status == 0);
   CHECK(f.xrun("report -o r.html" + db).status == 0);
+}
+
+namespace {
+
+// A shell command line run in the scratch directory.
+xrun_test::CommandResult in_dir(const CliFixture& f, const std::string& command) {
+  return xrun_test::run_command("cd " + shell_quote(f.dir.str()) + " && { " + command + "; }");
+}
+
+}  // namespace
+
+TEST_CASE("hostile: -o naming the store being read is refused, by path, symlink or hard link", "[cli][hostile]") {
+  CliFixture f;
+  const std::string before = stored_run(f);
+  std::filesystem::create_symlink(f.db(), f.dir.file("link.db"));
+  std::filesystem::create_hard_link(f.db(), f.dir.file("hard.db"));
+  const std::string db = " --db " + shell_quote(f.db());
+  for (const std::string cmd : {"export", "export --format json", "report", "trace 1"})
+    for (const std::string target : {std::string("results.db"), std::string("./results.db"), f.db(),
+                                     std::string("link.db"), std::string("hard.db")}) {
+      auto r = f.xrun(cmd + db + " -o " + shell_quote(target));
+      INFO(cmd << " -o " << target << "\n" << r.output);
+      CHECK(r.status == 2);
+      CHECK_THAT(r.output, Contains("is the result store being read"));
+    }
+  CHECK(read_bytes(f.db()) == before);
+  CHECK(std::filesystem::is_symlink(f.dir.file("link.db")));
+  // Another file is written as before.
+  auto other = f.xrun("export" + db + " -o runs.csv");
+  CHECK(other.status == 0);
+  CHECK_THAT(read_bytes(f.dir.file("runs.csv")), StartsWith("id,uuid,"));
+}
+
+TEST_CASE("hostile: -o writes through a FIFO, a device, a symlink and - instead of replacing them", "[cli][hostile]") {
+  CliFixture f;
+  stored_run(f);
+  const std::string db = " --db " + shell_quote(f.db());
+  auto is = [](const std::string& path, mode_t type) {
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) == 0 && (st.st_mode & S_IFMT) == type;
+  };
+
+  // A FIFO: its reader gets the CSV and the FIFO stays (a reader left
+  // waiting on a replaced FIFO is ended by timeout).
+  REQUIRE(::mkfifo(f.dir.file("out.fifo").c_str(), 0600) == 0);
+  auto fifo = in_dir(f, "timeout 20 cat out.fifo > got.csv & " +
+                                shell_quote(xrun_test::xrun_binary()) + " export" + db +
+                                " -o out.fifo; rc=$?; wait; exit $rc");
+  INFO(fifo.output);
+  CHECK(fifo.status == 0);
+  CHECK(is(f.dir.file("out.fifo"), S_IFIFO));
+  CHECK_THAT(read_bytes(f.dir.file("got.csv")), StartsWith("id,uuid,"));
+
+  // A symlink, dangling or not: its target is written, the link kept.
+  std::filesystem::create_directory(f.dir.file("real"));
+  xrun_test::write_bytes(f.dir.file("real/old.csv"), "old");
+  std::filesystem::create_symlink("real/old.csv", f.dir.file("link.csv"));
+  std::filesystem::create_symlink("real/new.json", f.dir.file("dangling.json"));
+  CHECK(f.xrun("export" + db + " -o link.csv").status == 0);
+  CHECK(f.xrun("export --format json" + db + " -o dangling.json").status == 0);
+  CHECK(is(f.dir.file("link.csv"), S_IFLNK));
+  CHECK(is(f.dir.file("dangling.json"), S_IFLNK));
+  CHECK_THAT(read_bytes(f.dir.file("real/old.csv")), StartsWith("id,uuid,"));
+  CHECK_NOTHROW(nlohmann::json::parse(read_bytes(f.dir.file("real/new.json"))));
+  CHECK(f.xrun("report" + db + " -o link.csv").status == 0);
+  CHECK(is(f.dir.file("link.csv"), S_IFLNK));
+  CHECK_THAT(read_bytes(f.dir.file("real/old.csv")), Contains("<html"));
+
+  // "-": standard output, no file named "-".
+  auto dash = xrun_split(f, "export" + db + " -o -");
+  CHECK(dash.status == 0);
+  CHECK_THAT(dash.out, StartsWith("id,uuid,"));
+  auto page = xrun_split(f, "report" + db + " -o -");
+  CHECK(page.status == 0);
+  CHECK_THAT(page.out, Contains("<html"));
+  CHECK_THAT(page.err, Contains("wrote -"));
+  CHECK_FALSE(std::filesystem::exists(f.dir.file("-")));
+  // A link to a magic link (as /dev/stdout is): standard output, link kept.
+  std::filesystem::create_symlink("/proc/self/fd/1", f.dir.file("stdout-link"));
+  auto linked = xrun_split(f, "export" + db + " -o stdout-link");
+  CHECK(linked.status == 0);
+  CHECK_THAT(linked.out, StartsWith("id,uuid,"));
+  CHECK(is(f.dir.file("stdout-link"), S_IFLNK));
+
+  // A device node (as root, a private /dev/null: the real one is never put
+  // at risk by this test).
+  if (::geteuid() == 0) {
+    REQUIRE(::mknod(f.dir.file("null").c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0);
+    for (const std::string cmd : {"export", "report", "export --format json"}) {
+      auto r = f.xrun(cmd + db + " -o null");
+      INFO(cmd << "\n" << r.output);
+      CHECK(r.status == 0);
+      CHECK(is(f.dir.file("null"), S_IFCHR));
+    }
+  }
 }
