@@ -493,3 +493,37 @@ TEST_CASE("hostile: -o writes through a FIFO, a device, a symlink and - instead 
     }
   }
 }
+
+TEST_CASE("hostile: stored text with control characters is escaped on the terminal, kept in JSON and CSV", "[cli][hostile]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("esc.toml", quick("esc"));
+  for (const char* label : {"a", "b"})
+    REQUIRE(f.xrun(run_args(f, file) + " --force --set store.label=" + label).status == 0);
+  // What another program (or a merged store) may hold.
+  const std::string evil = "'x' || char(27) || ']0;pwned' || char(7) || char(27) || '[2J' || char(155) || 'y'";
+  REQUIRE(xrun_test::run_command("sqlite3 " + shell_quote(f.db()) + " " +
+                                 shell_quote("UPDATE runs SET label = " + evil + " WHERE label = 'b';"
+                                             " UPDATE runs SET error = 'e' || char(27) || '[31m' ||"
+                                             " char(10) || 'second line';"
+                                             " UPDATE run_environment SET value = " + evil +
+                                             " WHERE key = 'device_name'")).status == 0);
+  const std::string db = " --db " + shell_quote(f.db());
+  for (const std::string cmd : {"runs", "show 1", "show 2", "compare --by label",
+                                "compare --by label --format markdown"}) {
+    auto r = xrun_split(f, cmd + db);
+    INFO(cmd << "\n" << r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK(r.out.find('\x1b') == std::string::npos);
+    CHECK(r.out.find('\x07') == std::string::npos);
+    CHECK(r.out.find("\xc2\x9b") == std::string::npos);
+    CHECK(r.err.find('\x1b') == std::string::npos);
+    // The runs table cuts labels at 14 columns.
+    CHECK_THAT(r.out, Contains(cmd == "runs" ? "x\\e]0;pwned" : "x\\e]0;pwned\\x07\\e[2J\\u009by"));
+  }
+  CHECK_THAT(xrun_split(f, "show 1" + db).out, Contains("e\\e[31m\\nsecond line"));
+  // JSON and CSV carry the text as it is stored (their own escaping).
+  auto json = xrun_split(f, "runs --format json" + db);
+  REQUIRE(json.status == 0);
+  CHECK(nlohmann::json::parse(json.out).at(1).at("label") == "x\x1b]0;pwned\x07\x1b[2J\xc2\x9by");
+  CHECK(xrun_split(f, "runs --format csv" + db).out.find("x\x1b]0;pwned") != std::string::npos);
+}
