@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--expect-config", run.expect_config)->group("");
   run_cmd->add_option("--sweep-position", run.sweep_position)->group("");
   run_cmd->add_option("--cpu-threads-per-run", run.cpu_threads_per_run)->group("");
+  run_cmd->add_option("--experiment-path", run.experiment_path)->group("");
   run_cmd->callback([&] {
     if (const std::string problem = parse_only(run.only_text, run.only); !problem.empty()) {
       std::cerr << "xrun: " << problem << "\n";

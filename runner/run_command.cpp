@@ -8,6 +8,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -17,6 +18,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
@@ -26,6 +28,7 @@
 #include "engine/trainer.h"
 #include "profiler/run_observers.h"
 #include "runner/commands.h"
+#include "runner/config_schema.h"
 #include "runner/experiment.h"
 #include "runner/parallel_runs.h"
 #include "runner/progress.h"
@@ -132,16 +135,34 @@ store::NewRun new_run(const Plan& plan, const RunSpec& spec, const RunConfig& cf
 // companion. "" when every selected run's are safe to write; otherwise what
 // is wrong. A checkpoint never replaces the store (or its -wal/-shm), the
 // experiment file, a directory, or an existing file that is not an xrun
-// checkpoint.
+// checkpoint. Neither it nor model.weights (read) may be a FIFO, device or
+// socket: opening one blocks (a FIFO waits for a writer, deaf to SIGTERM)
+// or reads what is no safetensors file. Checked with stat(), which opens
+// nothing.
 std::string check_output_paths(const Plan& plan, const std::vector<const RunSpec*>& selected,
                                const std::string& db_path) {
   namespace fs = std::filesystem;
+  // "" or why `path`, when it exists, is not a file a run can read or write.
+  auto not_regular = [](const std::string& path) -> std::string {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) return "";
+    const char* what = S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                    : "not a regular file";
+    return path + " is " + what + ", not a safetensors file; give a regular file";
+  };
   auto same = [](const std::string& a, const std::string& b) {
     std::error_code ec;
     return fs::equivalent(a, b, ec) ||
            fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
   };
   for (const RunSpec* spec : selected) {
+    const std::string weights = spec->config.at("model").at("weights").get<std::string>();
+    if (!weights.empty())
+      if (const std::string why = not_regular(weights); !why.empty())
+        return "run #" + std::to_string(spec->index) + ": model.weights = \"" + weights + "\": " +
+               why;
     const std::string ckpt = spec->config.at("train").at("checkpoint").get<std::string>();
     if (ckpt.empty()) continue;
     const std::string where = "run #" + std::to_string(spec->index) + ": train.checkpoint = \"" +
@@ -152,6 +173,7 @@ std::string check_output_paths(const Plan& plan, const std::vector<const RunSpec
           return where + " would overwrite the result store " + db_path + "; choose another file";
       if (same(target, plan.file))
         return where + " would overwrite the experiment file " + plan.file + "; choose another file";
+      if (const std::string why = not_regular(target); !why.empty()) return where + ": " + why;
       std::error_code ec;
       if (fs::is_directory(target, ec))
         return where + ": " + target + " is a directory; give a file name (run.safetensors)";
@@ -402,7 +424,8 @@ std::optional<Outcome> already_complete(const store::Store& db, const RunSpec& s
 // slot at once (runner/parallel_runs.h). The final table is read back from
 // the store.
 int run_parallel(const RunArgs& args, const Plan& plan, const std::vector<const RunSpec*>& selected,
-                 const std::string& db_path, const SlotPlan& slots) {
+                 const std::string& db_path, const SlotPlan& slots,
+                 const std::string& experiment_text) {
   const auto device_of = [](const RunSpec* s) {
     return s->config.at("train").at("device").get<std::string>();
   };
@@ -454,12 +477,22 @@ int run_parallel(const RunArgs& args, const Plan& plan, const std::vector<const 
     return kRunFailed;
   }
   const int to_train = static_cast<int>(last_id_before.size());
+  // The children read the bytes this process planned, not the file again:
+  // a FIFO or <(...) gives its bytes once, and a file edited meanwhile
+  // would train something else.
+  const FrozenExperiment frozen(experiment_text);
+  if (to_train > 0 && !frozen.ok()) {
+    std::cerr << "xrun: --parallel: cannot write a copy of " << plan.file << " for the runs in "
+              << frozen.path() << ": " << frozen.error() << "\n";
+    return kRunFailed;
+  }
   int position = 0;
   for (const auto& [spec, o] : outcomes) {
     if (!last_id_before.count(spec->index)) continue;
     ChildRun c;
     c.index = spec->index;
-    c.argv = {exe, "run", plan.file, "--db", db_path, "--only", std::to_string(spec->index),
+    c.argv = {exe, "run", frozen.path(), "--experiment-path", plan.file, "--db", db_path,
+              "--only", std::to_string(spec->index),
               "--expect-config", spec->config_hash, "--sweep-position",
               std::to_string(++position) + "/" + std::to_string(to_train),
               "--cpu-threads-per-run", std::to_string(slots.cpu_threads)};
@@ -528,6 +561,14 @@ int run_parallel(const RunArgs& args, const Plan& plan, const std::vector<const 
 }  // namespace
 
 int run_command(const RunArgs& args) {
+  // What --parallel gives its children, refused as train.threads would be
+  // (libgomp aborts or crashes on 100000 threads, leaving the run `running`).
+  if (const double most = schema::find("train.threads")->range.max;
+      args.cpu_threads_per_run < 0 || args.cpu_threads_per_run > most) {
+    std::cerr << "xrun: --cpu-threads-per-run " << args.cpu_threads_per_run
+              << ": expected 0 to " << static_cast<int>(most) << ", as train.threads\n";
+    return kUsage;
+  }
   const bool parallel = args.in_parallel();
   SlotPlan slots;
   if (parallel) {
@@ -543,8 +584,14 @@ int run_command(const RunArgs& args) {
   options.device_check = [](const nlohmann::json&, const std::string& device) {
     return device_problem(device);
   };
+  // The file is read once: a FIFO gives its bytes once, and --parallel hands
+  // the same bytes to its children. A child reads its parent's frozen copy
+  // and names the file as the user did.
+  std::string experiment_text;
   try {
-    plan = load_plan(args.file, options);
+    experiment_text = read_experiment_text(args.file);
+    plan = load_plan_from_string(
+        experiment_text, args.experiment_path.empty() ? args.file : args.experiment_path, options);
   } catch (const ExperimentError& e) {
     std::cerr << "xrun: " << e.what() << "\n";
     return kUsage;
@@ -575,7 +622,7 @@ int run_command(const RunArgs& args) {
     std::cerr << "xrun: " << problem << "\n";
     return kUsage;
   }
-  if (parallel) return run_parallel(args, plan, selected, db_path, slots);
+  if (parallel) return run_parallel(args, plan, selected, db_path, slots, experiment_text);
 
   // Where the runs stand in the list the user sees ("run 3/8"): a child of
   // --parallel is told its place in its parent's list.

@@ -527,3 +527,49 @@ TEST_CASE("hostile: stored text with control characters is escaped on the termin
   CHECK(nlohmann::json::parse(json.out).at(1).at("label") == "x\x1b]0;pwned\x07\x1b[2J\xc2\x9by");
   CHECK(xrun_split(f, "runs --format csv" + db).out.find("x\x1b]0;pwned") != std::string::npos);
 }
+
+TEST_CASE("hostile: --cpu-threads-per-run beyond train.threads' limit is exit 2, nothing stored", "[cli][hostile]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("t.toml", quick("t"));
+  for (const std::string n : {"100000", "2147483647", "-1"}) {
+    auto r = f.xrun(run_args(f, file) + " --cpu-threads-per-run " + n);
+    INFO(n << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Contains("--cpu-threads-per-run " + n + ": expected 0 to 1024"));
+  }
+  CHECK_FALSE(std::filesystem::exists(f.db()));
+  auto ok = f.xrun(run_args(f, file) + " --cpu-threads-per-run 1");
+  INFO(ok.output);
+  CHECK(ok.status == 0);
+}
+
+TEST_CASE("hostile: model.weights or train.checkpoint naming a FIFO is refused at once, exit 2", "[cli][hostile]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("t.toml", quick("t"));
+  REQUIRE(::mkfifo(f.dir.file("w.fifo").c_str(), 0600) == 0);
+  for (const std::string key : {"model.weights", "train.checkpoint"}) {
+    // timeout: a blocking open of the FIFO would wait for ever.
+    auto r = in_dir(f, "timeout -k 5 20 " + shell_quote(xrun_test::xrun_binary()) + " " +
+                               run_args(f, file) + " --set " + shell_quote(key + "=\"w.fifo\""));
+    INFO(key << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Contains(key + " = \"w.fifo\": w.fifo is a FIFO (named pipe), not a safetensors file"));
+  }
+  CHECK_FALSE(std::filesystem::exists(f.db()));
+}
+
+TEST_CASE("hostile: an experiment file that is a FIFO is read once, also by run --parallel", "[cli][hostile]") {
+  CliFixture f;
+  const std::string toml = quick("fifo") + "[sweep]\ntrain.seed = [1, 2]\n";
+  f.write_experiment("t.toml", toml);
+  REQUIRE(::mkfifo(f.dir.file("exp.fifo").c_str(), 0600) == 0);
+  // The writer gives the bytes once, as a pipe does; timeout: a child that
+  // opens the FIFO again would wait for ever.
+  auto r = in_dir(f, "cat t.toml > exp.fifo & timeout -k 5 120 " +
+                             shell_quote(xrun_test::xrun_binary()) + " " +
+                             run_args(f, f.dir.file("exp.fifo")) + " --parallel 2");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(f.sql("SELECT count(*) FROM runs WHERE status = 'complete'") == "2");
+  CHECK(f.sql("SELECT group_concat(file) FROM experiments") == f.dir.file("exp.fifo"));
+}

@@ -247,3 +247,18 @@ TEST_CASE("parallel: options that cannot work are refused before anything runs",
   CHECK_THAT(changed.output, Contains("changed after `xrun run --parallel` planned it"));
   CHECK_FALSE(std::filesystem::exists(f.db()));
 }
+
+TEST_CASE("parallel: an experiment from <(cat file) reaches every child", "[cli][parallel]") {
+  CliFixture f;
+  f.write_experiment("par.toml", lr_runs(3));
+  const CommandResult r = run_command(
+      "cd " + shell_quote(f.dir.str()) + " && timeout -k 5 120 bash -c " +
+      shell_quote(shell_quote(xrun_binary()) + " run <(cat par.toml) --db " + shell_quote(f.db()) +
+                  " --parallel 2"));
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(f.sql("SELECT group_concat(status) FROM runs") == "complete,complete");
+  CHECK_THAT(f.sql("SELECT file FROM experiments"), Contains("/dev/fd/"));
+  // The frozen copies the children read are gone.
+  CHECK(r.output.find("required key missing") == std::string::npos);
+}
