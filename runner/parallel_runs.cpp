@@ -201,6 +201,7 @@ ChildrenOutcome run_children(const std::vector<ChildRun>& runs, const std::vecto
         std::fprintf(out, "[#%d] cannot start a process: %s\n", runs[next].index,
                      std::strerror(errno));
       } else {
+        outcome.ends[next].pid = l.pid;
         slot_busy[s] = true;
         live.push_back(std::move(l));
       }

@@ -49,6 +49,7 @@ struct ChildEnd {
   int index = 0;
   int exit_code = 0;  // 128 + N when signal N ended it; 127 when it could not start
   bool started = false;  // false: a stop signal came before its turn
+  long pid = 0;          // the child's process id (0: none), as the store records it
 };
 
 struct ChildrenOutcome {

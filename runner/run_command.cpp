@@ -227,6 +227,7 @@ class StoredRecords final : public RunObserver {
 struct Outcome {
   store::RunStatus status;
   std::string line;  // for the final table
+  bool skipped = false;  // another process has it (running or complete): not this one's failure
 };
 
 // The final table's line for a complete run.
@@ -255,11 +256,11 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
   } catch (const store::RunInProgress& e) {
     const std::string line = std::string(e.what()) + " on this host, skipped";
     display.end_run(line);
-    return {store::RunStatus::running, line};
+    return {store::RunStatus::running, line, true};
   } catch (const store::RunAlreadyComplete& e) {  // another process finished it just now
     const std::string line = std::string(e.what()) + ", skipped";
     display.end_run(line);
-    return {store::RunStatus::complete, line};
+    return {store::RunStatus::complete, line, true};
   }
   // Convolution algorithm choices are shared by runs on the same card,
   // driver and cuDNN version (cudnn_benchmark = "cached").
@@ -416,7 +417,7 @@ std::optional<Outcome> already_complete(const store::Store& db, const RunSpec& s
   if (!done) return std::nullopt;
   display.message("run #" + std::to_string(spec.index) + " [" + short_hash(spec.config_hash) +
                   "] already complete (" + *done + "), skipping; --force runs it again");
-  return Outcome{store::RunStatus::complete, "already complete, skipped"};
+  return Outcome{store::RunStatus::complete, "already complete, skipped", true};
 }
 
 // `run --parallel N` / `--gpus`: each selected run not yet complete is
@@ -517,36 +518,60 @@ int run_parallel(const RunArgs& args, const Plan& plan, const std::vector<const 
   }
   const ChildrenOutcome done = run_children(children, slots.slots, stderr);
 
-  // What each child left in the store.
+  // What each child left in the store: the row it began (by its pid).
   bool failed = false, interrupted = done.stop_signal != 0;
   try {
     for (const ChildEnd& end : done.ends) {
       auto it = std::find_if(outcomes.begin(), outcomes.end(),
                              [&](const auto& o) { return o.first->index == end.index; });
       Outcome& o = it->second;
-      const auto rows = db->list_runs({{"config_hash", it->first->config_hash}});
+      std::optional<store::RunInfo> mine;
+      if (end.started && end.pid > 0)
+        for (const store::RunInfo& r : db->list_runs({{"config_hash", it->first->config_hash}}))
+          if (r.id > last_id_before[end.index])
+            if (const auto detail = db->get_run(r.uuid); detail && detail->pid == end.pid) mine = r;
       if (!end.started) {
         o = {store::RunStatus::interrupted, "not started: stopped before its turn"};
-      } else if (rows.empty() || rows.back().id <= last_id_before[end.index]) {
+      } else if (!mine && end.exit_code == 0) {
+        // It stored nothing and succeeded: another process had the run
+        // (another `run --parallel` on the same sweep), as plain `run` skips it.
+        const auto complete = db->find_complete(it->first->config_hash);
+        o = {complete ? store::RunStatus::complete : store::RunStatus::running,
+             complete ? "completed by another xrun process (" + *complete + "), skipped"
+                      : std::string("being trained by another xrun process, skipped"),
+             true};
+      } else if (!mine) {
         o = {store::RunStatus::failed,
              end.exit_code == 127
                  ? std::string("could not start ") + exe
                  : "ended (exit code " + std::to_string(end.exit_code) +
                        ") before storing the run; its output is above"};
+      } else if (mine->status == store::to_string(store::RunStatus::running)) {
+        // The child ended without finishing its row: killed (SIGKILL, the
+        // OOM killer), crashed, or stopped at once by a second Ctrl-C. Its
+        // row is ended here, with why, not left `running`.
+        const int sig = end.exit_code > 128 ? end.exit_code - 128 : 0;
+        const std::string how =
+            sig > 0 ? "killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")"
+                    : "ended with exit code " + std::to_string(end.exit_code);
+        if (done.stop_signal != 0) {
+          o = {store::RunStatus::interrupted,
+               "the process training it was " + how + " after the stop signal"};
+        } else {
+          o = {store::RunStatus::failed,
+               "the process training it was " + how + " before the run ended"};
+        }
+        db->finish_run(mine->uuid, o.status, RunSummary{}, o.line);
       } else {
-        const store::RunInfo& r = rows.back();
-        o.status = store::run_status_from_string(r.status);
+        o.status = store::run_status_from_string(mine->status);
         if (o.status == store::RunStatus::complete)
-          o.line = complete_line(r.throughput, r.step_ms_median, r.test_accuracy);
-        else if (o.status == store::RunStatus::running)
-          o.line = "stopped at once (exit code " + std::to_string(end.exit_code) +
-                   "); the next `xrun run` marks it interrupted";
+          o.line = complete_line(mine->throughput, mine->step_ms_median, mine->test_accuracy);
         else
-          o.line = r.error;
+          o.line = mine->error;
       }
       failed = failed || o.status == store::RunStatus::failed;
-      interrupted = interrupted || o.status == store::RunStatus::interrupted ||
-                    o.status == store::RunStatus::running;
+      interrupted = interrupted || (!o.skipped && (o.status == store::RunStatus::interrupted ||
+                                                   o.status == store::RunStatus::running));
     }
   } catch (const store::StoreError& e) {
     std::cerr << "xrun: store: " << e.what() << "\n";

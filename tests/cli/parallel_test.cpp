@@ -262,3 +262,48 @@ TEST_CASE("parallel: an experiment from <(cat file) reaches every child", "[cli]
   // The frozen copies the children read are gone.
   CHECK(r.output.find("required key missing") == std::string::npos);
 }
+
+TEST_CASE("parallel: a second --parallel on a sweep being trained skips its runs, exit 0",
+          "[cli][parallel]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("par.toml", lr_runs(400));
+  const pid_t first = spawn_xrun(f, file, {"--parallel", "2"}, "first.log");
+  REQUIRE(wait_for_runs_with_steps(f, 2, 2, first));
+  // Both runs are being trained by the first: the second's children skip them.
+  const CommandResult second = f.xrun(run_args(f, file) + " --parallel 2");
+  INFO(second.output);
+  CHECK(second.status == 0);
+  CHECK_THAT(second.output, Contains("being trained by another xrun process, skipped"));
+  const int code = wait_exit(first);
+  INFO(read_bytes(f.dir.file("first.log")));
+  CHECK(code == 0);
+  CHECK(f.sql("SELECT group_concat(status) FROM runs") == "complete,complete");
+  // Once complete, a third skips them before starting any child.
+  const CommandResult third = f.xrun(run_args(f, file) + " --parallel 2");
+  CHECK(third.status == 0);
+  CHECK_THAT(third.output, Contains("already complete, skipped"));
+}
+
+TEST_CASE("parallel: a child killed by SIGKILL: its run failed with why, the others go on, exit 1",
+          "[cli][parallel]") {
+  CliFixture f;
+  std::string toml = lr_runs(3);
+  toml = toml.substr(0, toml.find("steps = 3")) + toml.substr(toml.find("steps = 3") + 10);
+  toml = toml.substr(0, toml.find("[sweep]")) +
+         "[sweep]\nmode = \"zip\"\ntrain.steps = [5000, 40]\ntrain.seed = [1, 2]\n";
+  const std::string file = f.write_experiment("kill.toml", toml);
+  const pid_t parent = spawn_xrun(f, file, {"--parallel", "2"}, "kill.log");
+  REQUIRE(wait_for_runs_with_steps(f, 2, 3, parent));
+  const pid_t child = std::stoi(f.sql("SELECT pid FROM runs WHERE sweep_index = 0"));
+  REQUIRE(child > 0);
+  REQUIRE(::kill(child, SIGKILL) == 0);
+  const int code = wait_exit(parent);
+  const std::string log = read_bytes(f.dir.file("kill.log"));
+  INFO(log);
+  CHECK(code == 1);
+  CHECK(f.sql("SELECT status FROM runs WHERE sweep_index = 0") == "failed");
+  CHECK_THAT(f.sql("SELECT error FROM runs WHERE sweep_index = 0"),
+             Contains("killed by signal 9"));
+  CHECK(f.sql("SELECT status FROM runs WHERE sweep_index = 1") == "complete");
+  CHECK_THAT(log, Contains("killed by signal 9"));
+}
