@@ -62,7 +62,15 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--parallel", run.parallel,
                       "Train up to N runs at once into the store, the CPU cores split between "
                       "them (CPU runs with train.threads = 0 get cores/N threads each)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            // CLI::PositiveNumber's message prints the range up to DBL_MAX.
+            return text.find_first_not_of("0123456789") == std::string::npos && text.size() <= 9 &&
+                           std::stoi(text) >= 1
+                       ? std::string()
+                       : text + ": must be a whole number >= 1 (runs at once)";
+          },
+          "N >= 1"));
   run_cmd->add_option("--gpus", run.gpus,
                       "Give each run its own GPU (CUDA_VISIBLE_DEVICES), one run per GPU at once, "
                       "e.g. --gpus 0,1,2,3")

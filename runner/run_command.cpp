@@ -432,6 +432,12 @@ int run_parallel(const RunArgs& args, const Plan& plan, const std::vector<const 
   };
   if (!args.gpus.empty()) {
     for (const RunSpec* spec : selected)
+      if (device_of(spec) == "cpu") {
+        std::cerr << "xrun: --gpus gives each run a GPU, but run #" << spec->index
+                  << " trains on the cpu (train.device); use --parallel N for CPU runs\n";
+        return kUsage;
+      }
+    for (const RunSpec* spec : selected)
       if (const std::string d = device_of(spec); d.rfind("cuda:", 0) == 0 && d != "cuda:0") {
         std::cerr << "xrun: --gpus gives each run one GPU, which it sees as cuda:0; run #"
                   << spec->index << " asks for " << d << ": set train.device = \"cuda\"\n";
