@@ -96,7 +96,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), out_(&buffer_
   ::umask(mask);
   // A file replaced keeps its permissions; a new one gets the umask's.
   const bool existed = ::stat(target_.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  ::fchmod(fd, existed ? (st.st_mode & 07777) : (0666 & ~mask));
+  ::fchmod(fd, existed ? (st.st_mode & 0777) : (0666 & ~mask));
   tmp_ = name.data();
   buffer_.fd = fd;
 }
@@ -138,8 +138,9 @@ std::string output_overwrites_store(const std::string& output, const std::string
     struct stat st {};
     const std::string file = db + suffix;
     if (::stat(file.c_str(), &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino)
-      return "-o " + output + " is " + (*suffix ? "a file of " : "") + "the result store being read (" +
-             file + "); writing it would replace the stored runs: choose another output file";
+      return "-o " + output + " is " + (*suffix ? "a file of " : "") +
+             "the result store being read (" + file +
+             "); writing it would replace the stored runs: choose another output file";
   }
   return "";
 }

@@ -83,8 +83,9 @@ bool any_unclear(const Comparison& c) {
 }
 
 std::string unmatched_line(const analysis::UnmatchedRun& u, const std::string& by) {
-  return terminal_text("run " + std::to_string(u.id) + " " + u.uuid.substr(0, 8) + " " + u.experiment + " #" +
-         std::to_string(u.sweep_index) + " " + by + "=" + u.value + ": " + u.reason);
+  return terminal_text("run " + std::to_string(u.id) + " " + u.uuid.substr(0, 8) + " " +
+                       u.experiment + " #" + std::to_string(u.sweep_index) + " " + by + "=" +
+                       u.value + ": " + u.reason);
 }
 
 // --- table ----------------------------------------------------------------------------
@@ -145,7 +146,8 @@ void print_markdown_row(const std::vector<std::string>& row) {
 }
 
 void print_markdown(const Comparison& c, const CompareOptions& o) {
-  std::cout << "Throughput by `" << terminal_text(c.by) << "`, ratio to `" << terminal_text(c.baseline)
+  std::cout << "Throughput by `" << terminal_text(c.by) << "`, ratio to `"
+            << terminal_text(c.baseline)
             << "` with its 95% bootstrap interval (" << o.bootstrap_samples
             << " resamples).\n\n";
   const TextTable t = comparison_table(c);

@@ -132,7 +132,8 @@ int show_command(const ShowArgs& args) {
     const auto t = [](const std::string& s) { return terminal_text(s); };
     std::ostringstream o;
     o << "run " << r.id << "  " << r.uuid << "\n"
-      << "  experiment   " << t(r.experiment) << " #" << r.sweep_index << " (" << t(d.experiment_file)
+      << "  experiment   " << t(r.experiment) << " #" << r.sweep_index << " ("
+      << t(d.experiment_file)
       << ")\n"
       << "  status       " << r.status << (r.error.empty() ? "" : ": " + t(r.error)) << "\n"
       << "  started      " << r.started_at << "   finished " << r.finished_at << "\n"

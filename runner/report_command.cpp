@@ -34,8 +34,9 @@ int report_command(const ReportArgs& args) {
     const std::string html = report::render_report(data);
     write_file_atomically(args.output, html);
     // Written to standard output (-o -), the note goes to standard error.
-    (args.output == "-" ? std::cerr : std::cout) << "wrote " << args.output << ": " << data.runs.size() << " run(s) from " << args.db
-              << ", " << (html.size() + 1023) / 1024 << " KiB\n";
+    (args.output == "-" ? std::cerr : std::cout)
+        << "wrote " << args.output << ": " << data.runs.size() << " run(s) from " << args.db
+        << ", " << (html.size() + 1023) / 1024 << " KiB\n";
     return kOk;
   } catch (const store::StoreError& e) {
     std::cerr << "xrun: " << e.what() << "\n";
