@@ -33,6 +33,8 @@ struct RunArgs {
   std::string expect_config;    // the run's config hash as the parent planned it
   std::string sweep_position;   // "P/N": where the run stands in the parent's list
   int cpu_threads_per_run = 0;  // PlanOptions::cpu_threads_per_run
+  std::string experiment_path;  // the file as the user named it; `file` is the parent's
+                                // frozen copy of the bytes it read (a FIFO reads once)
   // Several runs at once, each in a child process (runner/parallel_runs.h).
   bool in_parallel() const { return parallel > 1 || !gpus.empty(); }
 };

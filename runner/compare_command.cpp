@@ -53,7 +53,7 @@ std::vector<std::string> cell_row(const CompareGroup& g, const CompareCell& cell
   return row;
 }
 
-TextTable comparison_table(const Comparison& c) {
+TextTable comparison_cells(const Comparison& c) {
   TextTable t;
   t.header = setting_keys(c);
   t.right_aligned.assign(t.header.size(), false);
@@ -65,6 +65,16 @@ TextTable comparison_table(const Comparison& c) {
   return t;
 }
 
+// Every cell is stored text (settings, labels, device names, perhaps from a
+// merged store) and goes to a terminal: control characters escaped.
+TextTable comparison_table(const Comparison& c) {
+  TextTable t = comparison_cells(c);
+  for (std::string& h : t.header) h = terminal_text(h);
+  for (auto& row : t.rows)
+    for (std::string& cell : row) cell = terminal_text(cell);
+  return t;
+}
+
 bool any_unclear(const Comparison& c) {
   for (const CompareGroup& g : c.groups)
     for (const CompareCell& cell : g.cells)
@@ -73,8 +83,9 @@ bool any_unclear(const Comparison& c) {
 }
 
 std::string unmatched_line(const analysis::UnmatchedRun& u, const std::string& by) {
-  return "run " + std::to_string(u.id) + " " + u.uuid.substr(0, 8) + " " + u.experiment + " #" +
-         std::to_string(u.sweep_index) + " " + by + "=" + u.value + ": " + u.reason;
+  return terminal_text("run " + std::to_string(u.id) + " " + u.uuid.substr(0, 8) + " " +
+                       u.experiment + " #" + std::to_string(u.sweep_index) + " " + by + "=" +
+                       u.value + ": " + u.reason);
 }
 
 // --- table ----------------------------------------------------------------------------
@@ -110,7 +121,7 @@ void print_aligned(const TextTable& t, size_t setting_columns) {
 }
 
 void print_table(const Comparison& c, const CompareOptions& o) {
-  std::cout << "by " << c.by << ", baseline " << c.baseline
+  std::cout << "by " << terminal_text(c.by) << ", baseline " << terminal_text(c.baseline)
             << ": throughput ratio to the baseline with its 95% bootstrap interval ("
             << o.bootstrap_samples << " resamples)\n\n";
   print_aligned(comparison_table(c), setting_keys(c).size());
@@ -135,7 +146,8 @@ void print_markdown_row(const std::vector<std::string>& row) {
 }
 
 void print_markdown(const Comparison& c, const CompareOptions& o) {
-  std::cout << "Throughput by `" << c.by << "`, ratio to `" << c.baseline
+  std::cout << "Throughput by `" << terminal_text(c.by) << "`, ratio to `"
+            << terminal_text(c.baseline)
             << "` with its 95% bootstrap interval (" << o.bootstrap_samples
             << " resamples).\n\n";
   const TextTable t = comparison_table(c);

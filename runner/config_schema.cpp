@@ -80,7 +80,8 @@ std::vector<KeySpec> build_keys() {
   k.push_back(K("data.mean", T::number_list, "Per-channel mean subtracted after scaling to [0, 1].")
                   .dep("the source's statistics, one per channel"));
   k.push_back(K("data.std", T::number_list, "Per-channel standard deviation divided by.")
-                  .dep("the source's statistics, one per channel").above(0));
+                  .dep("the source's statistics, one per channel")
+                  .at_least(1e-6));  // pixels are divided by it: 1e-45 made them inf, the loss NaN
   k.push_back(K("data.augment", T::choice_list, "Training augmentations: 4-pixel pad + random crop, horizontal flip.")
                   .one_of({"random_crop", "hflip"}).def(kNoList));
   k.push_back(K("data.shuffle", T::boolean, "Shuffle the training set every epoch.").def(true));

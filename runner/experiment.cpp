@@ -381,11 +381,7 @@ std::string select_runs(const Plan& plan, const std::vector<int>& only,
   return "";
 }
 
-Plan load_plan(const std::string& path, const PlanOptions& options) {
-  return load_plan_from_string(read_experiment_file(path), path, options);
-}
-
-std::string read_experiment_file(const std::string& path) {
+std::string read_experiment_text(const std::string& path) {
   const Origin at{path, 0, 0, ""};
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
@@ -411,6 +407,10 @@ std::string read_experiment_file(const std::string& path) {
     fail(at, "", "the file is larger than " + std::to_string(kMaxExperimentBytes >> 10) +
                      " KiB; an experiment file is a short TOML file (is this the right file?)");
   return text;
+}
+
+Plan load_plan(const std::string& path, const PlanOptions& options) {
+  return load_plan_from_string(read_experiment_text(path), path, options);
 }
 
 }  // namespace xrun

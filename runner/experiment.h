@@ -72,12 +72,13 @@ struct Plan {
 
 // Reads, validates and expands an experiment file. Throws ExperimentError.
 Plan load_plan(const std::string& path, const PlanOptions& options);
+// The bytes of the experiment file at `path`, read once (a FIFO or
+// /dev/fd/N can only be read once): what load_plan parses. Throws
+// ExperimentError as load_plan does for a file it cannot read.
+std::string read_experiment_text(const std::string& path);
 // The same from TOML text; display_name stands for the file in messages.
 Plan load_plan_from_string(const std::string& toml_text, const std::string& display_name,
                            const PlanOptions& options);
-// The bytes of an experiment file, read once (a FIFO has one reading), as
-// load_plan reads them. Throws ExperimentError.
-std::string read_experiment_file(const std::string& path);
 
 // The runs `only` names (`--only`), in that order, each once; every run when
 // `only` is empty. Returns "" or what is wrong ("--only 7: FILE plans runs

@@ -276,12 +276,16 @@ int export_to_file(const store::Store& db, const std::vector<store::RunInfo>& ru
 int export_command(const ExportArgs& args) {
   Filters filters;
   if (!parse_where(args.where, filters) || !check_choices(args)) return kUsage;
+  if (const std::string why = output_overwrites_store(args.output, args.db); !why.empty()) {
+    std::cerr << "xrun: export: " << why << "\n";
+    return kUsage;
+  }
   try {
     std::unique_ptr<store::Store> db;
     if (!open_existing(args.db, db)) return kRunFailed;
     if (!check_where_keys(*db, filters)) return kUsage;
     const std::vector<store::RunInfo> runs = db->list_runs(filters);
-    if (!args.output.empty()) return export_to_file(*db, runs, args);
+    if (!args.output.empty() && args.output != "-") return export_to_file(*db, runs, args);
     export_table(*db, runs, args, std::cout);
     std::cout.flush();
     return std::cout ? kOk : kRunFailed;

@@ -62,7 +62,15 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--parallel", run.parallel,
                       "Train up to N runs at once into the store, the CPU cores split between "
                       "them (CPU runs with train.threads = 0 get cores/N threads each)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            // CLI::PositiveNumber's message prints the range up to DBL_MAX.
+            return text.find_first_not_of("0123456789") == std::string::npos && text.size() <= 9 &&
+                           std::stoi(text) >= 1
+                       ? std::string()
+                       : text + ": must be a whole number >= 1 (runs at once)";
+          },
+          "N >= 1"));
   run_cmd->add_option("--gpus", run.gpus,
                       "Give each run its own GPU (CUDA_VISIBLE_DEVICES), one run per GPU at once, "
                       "e.g. --gpus 0,1,2,3")
@@ -70,6 +78,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--expect-config", run.expect_config)->group("");
   run_cmd->add_option("--sweep-position", run.sweep_position)->group("");
   run_cmd->add_option("--cpu-threads-per-run", run.cpu_threads_per_run)->group("");
+  run_cmd->add_option("--experiment-path", run.experiment_path)->group("");
   run_cmd->callback([&] {
     if (const std::string problem = parse_only(run.only_text, run.only); !problem.empty()) {
       std::cerr << "xrun: " << problem << "\n";

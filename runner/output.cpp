@@ -136,6 +136,53 @@ std::string run_ref_problem(const std::string& ref) {
          "of its UUID; `xrun runs` lists them";
 }
 
+std::string terminal_text(const std::string& s, bool keep_newlines) {
+  std::string out;
+  out.reserve(s.size());
+  auto hex = [&](const char* prefix, unsigned v, int digits) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%s%0*x", prefix, digits, v);
+    out += buf;
+  };
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    if (b < 0x80) {
+      if (b == '\n' && keep_newlines) out += '\n';
+      else if (b == 0x1b) out += "\\e";
+      else if (b == '\n') out += "\\n";
+      else if (b == '\t') out += "\\t";
+      else if (b == '\r') out += "\\r";
+      else if (b < 0x20 || b == 0x7f) hex("\\x", b, 2);
+      else out += static_cast<char>(b);
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence, checked strictly: continuation bytes, no overlong
+    // form (0xc0 0x9b would read as ESC to a lax decoder), no surrogate.
+    const size_t len = (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    char32_t cp = len ? b & (0x7f >> len) : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    for (size_t k = 1; ok && k < len; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      ok = (c & 0xc0) == 0x80;
+      cp = cp << 6 | (c & 0x3f);
+    }
+    const char32_t least = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+    ok = ok && cp >= least && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff);
+    if (!ok) {
+      hex("\\x", b, 2);
+      ++i;
+    } else if (cp <= 0x9f) {  // C1 controls (0x9b is a one-byte CSI)
+      hex("\\u", static_cast<unsigned>(cp), 4);
+      i += len;
+    } else {
+      out.append(s, i, len);
+      i += len;
+    }
+  }
+  return out;
+}
+
 size_t display_width(const std::string& s) {
   size_t width = 0;
   for (size_t i = 0; i < s.size();) width += static_cast<size_t>(columns(next_code_point(s, i)));

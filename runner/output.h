@@ -51,6 +51,14 @@ std::string run_ref_problem(const std::string& ref);
 // A CSV cell (RFC 4180 quoting); text a spreadsheet would take for a formula
 // (=, +, -, @, tab, CR first, and not a number) gets a leading ' .
 std::string csv_field(const std::string& s);
+// `s` safe to print on a terminal: control characters (C0, DEL and C1) and
+// bytes that are not UTF-8 become visible escapes (\e, \n, \t, \r, \xNN,
+// \u009b), so stored text (a label, an error, a merged store's device name)
+// cannot move the cursor, retitle the window or hide what follows. Text of
+// any script passes as it is. `keep_newlines`: "\n" stays a line break (a
+// whole report's text). For table, text and Markdown output; CSV and JSON
+// escape in their own way and are left alone.
+std::string terminal_text(const std::string& s, bool keep_newlines = false);
 // Terminal columns `s` takes (UTF-8; wide East Asian characters count 2).
 size_t display_width(const std::string& s);
 // `s` cut to at most `width` columns on a character boundary, then padded

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 namespace xrun::cli {
@@ -200,6 +201,7 @@ ChildrenOutcome run_children(const std::vector<ChildRun>& runs, const std::vecto
         std::fprintf(out, "[#%d] cannot start a process: %s\n", runs[next].index,
                      std::strerror(errno));
       } else {
+        outcome.ends[next].pid = l.pid;
         slot_busy[s] = true;
         live.push_back(std::move(l));
       }
@@ -237,6 +239,34 @@ ChildrenOutcome run_children(const std::vector<ChildRun>& runs, const std::vecto
   }
   outcome.stop_signal = g_first.load();
   return outcome;
+}
+
+FrozenExperiment::FrozenExperiment(const std::string& text) {
+  std::error_code ec;
+  std::string dir = std::filesystem::temp_directory_path(ec).string();
+  if (ec || dir.empty()) dir = "/tmp";
+  std::string name = (std::filesystem::path(dir) / "xrun-experiment-XXXXXX.toml").string();
+  const int fd = mkstemps(name.data(), 5);
+  if (fd < 0) {
+    path_ = dir;
+    error_ = std::strerror(errno);
+    return;
+  }
+  path_ = name;
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error_ = n < 0 ? std::strerror(errno) : "nothing written";
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (close(fd) != 0 && error_.empty()) error_ = std::strerror(errno);
+}
+
+FrozenExperiment::~FrozenExperiment() {
+  if (path_.find("xrun-experiment-") != std::string::npos) unlink(path_.c_str());
 }
 
 }  // namespace xrun::cli

@@ -49,6 +49,7 @@ struct ChildEnd {
   int index = 0;
   int exit_code = 0;  // 128 + N when signal N ended it; 127 when it could not start
   bool started = false;  // false: a stop signal came before its turn
+  long pid = 0;          // the child's process id (0: none), as the store records it
 };
 
 struct ChildrenOutcome {
@@ -66,5 +67,24 @@ struct ChildrenOutcome {
 // at once); no child starts after the first. Returns when all have ended.
 ChildrenOutcome run_children(const std::vector<ChildRun>& runs, const std::vector<Slot>& slots,
                              std::FILE* out);
+
+// The bytes of an experiment file as the parent read them, in a temporary
+// file of their own ($TMPDIR or /tmp, xrun-experiment-XXXXXX.toml) that each
+// child reads instead of the file: a FIFO or `<(...)` gives its bytes once,
+// and an edit made meanwhile must not change what a child trains. Removed
+// when this object ends.
+class FrozenExperiment {
+ public:
+  explicit FrozenExperiment(const std::string& text);
+  ~FrozenExperiment();
+  FrozenExperiment(const FrozenExperiment&) = delete;
+  FrozenExperiment& operator=(const FrozenExperiment&) = delete;
+  bool ok() const { return error_.empty(); }
+  const std::string& path() const { return path_; }
+  const std::string& error() const { return error_; }  // the OS error, when !ok()
+
+ private:
+  std::string path_, error_;
+};
 
 }  // namespace xrun::cli

@@ -64,13 +64,16 @@ int runs_command(const RunsArgs& args) {
       std::printf("%4s  %-8s  %-16s %4s  %-11s %-14s %-7s %6s %-9s %9s %9s %7s\n", "id", "uuid",
                   "experiment", "#", "status", "label", "device", "batch", "precision", "img/s",
                   "step ms", "acc %");
+      // Text of any script is cut and padded by terminal columns, not bytes;
+      // stored text (another program's, a merged store's) with its control
+      // characters escaped.
+      const auto t = [](const std::string& s) { return terminal_text(s); };
       for (const auto& r : runs)
-        // Text of any script is cut and padded by terminal columns, not bytes.
         std::printf("%4lld  %-8s  %s %4d  %-11s %s %-7s %6d %-9s %9s %9s %7s\n",
-                    static_cast<long long>(r.id), r.uuid.substr(0, 8).c_str(),
-                    fit(r.experiment, 16).c_str(), r.sweep_index, r.status.c_str(),
-                    fit(r.label, 14).c_str(), r.device.c_str(), r.batch_size,
-                    r.precision.c_str(), r.throughput > 0 ? fixed(r.throughput, 1).c_str() : "-",
+                    static_cast<long long>(r.id), t(r.uuid.substr(0, 8)).c_str(),
+                    fit(t(r.experiment), 16).c_str(), r.sweep_index, t(r.status).c_str(),
+                    fit(t(r.label), 14).c_str(), t(r.device).c_str(), r.batch_size,
+                    t(r.precision).c_str(), r.throughput > 0 ? fixed(r.throughput, 1).c_str() : "-",
                     r.step_ms_median > 0 ? fixed(r.step_ms_median, 1).c_str() : "-",
                     fixed(100.0 * r.test_accuracy, 2).c_str());
       std::printf("%zu run(s)\n", runs.size());
@@ -124,13 +127,17 @@ int show_command(const ShowArgs& args) {
       std::cout << json_text(j, 2) << "\n";
       return kOk;
     }
+    // Stored text is printed with its control characters escaped: one
+    // field's line breaks as \n, then the whole (terminal_text below).
+    const auto t = [](const std::string& s) { return terminal_text(s); };
     std::ostringstream o;
     o << "run " << r.id << "  " << r.uuid << "\n"
-      << "  experiment   " << r.experiment << " #" << r.sweep_index << " (" << d.experiment_file
+      << "  experiment   " << t(r.experiment) << " #" << r.sweep_index << " ("
+      << t(d.experiment_file)
       << ")\n"
-      << "  status       " << r.status << (r.error.empty() ? "" : ": " + r.error) << "\n"
+      << "  status       " << r.status << (r.error.empty() ? "" : ": " + t(r.error)) << "\n"
       << "  started      " << r.started_at << "   finished " << r.finished_at << "\n"
-      << "  label        " << r.label << "   host " << d.host << " (pid " << d.pid << ")\n"
+      << "  label        " << t(r.label) << "   host " << t(d.host) << " (pid " << d.pid << ")\n"
       << "  device       " << r.device << " (" << r.device_name << ")\n"
       << "  hashes       config " << r.config_hash << "   experiment " << r.experiment_hash
       << "\n\nsummary\n";
@@ -159,7 +166,7 @@ int show_command(const ShowArgs& args) {
     }
     if (!d.findings.empty()) {
       o << "\nfindings\n";
-      for (const auto& f : d.findings) o << "  [" << f.check << "] " << f.message << "\n";
+      for (const auto& f : d.findings) o << "  [" << t(f.check) << "] " << t(f.message) << "\n";
     }
     if (!d.epochs.empty()) {
       o << "\nepochs\n  epoch  train loss  test loss  test acc %   seconds\n";
@@ -261,10 +268,10 @@ int show_command(const ShowArgs& args) {
       }
     }
     o << "\nenvironment\n";
-    for (const auto& [k, v] : d.environment.fields) o << "  " << k << " = " << v << "\n";
+    for (const auto& [k, v] : d.environment.fields) o << "  " << t(k) << " = " << t(v) << "\n";
     o << "\nconfig (resolved)\n";
-    for (const auto& [k, v] : d.params) o << "  " << k << " = " << v << "\n";
-    std::cout << o.str();
+    for (const auto& [k, v] : d.params) o << "  " << t(k) << " = " << t(v) << "\n";
+    std::cout << terminal_text(o.str(), /*keep_newlines=*/true);
     return kOk;
   } catch (const store::StoreError& e) {
     std::cerr << "xrun: " << e.what() << "\n";

@@ -16,6 +16,10 @@ int report_command(const ReportArgs& args) {
   if (!parse_where(args.where, options.where)) return kUsage;
   options.by = args.by;
   options.baseline = args.baseline;
+  if (const std::string why = output_overwrites_store(args.output, args.db); !why.empty()) {
+    std::cerr << "xrun: report: " << why << "\n";
+    return kUsage;
+  }
   try {
     std::unique_ptr<store::Store> db;
     if (!open_existing(args.db, db)) return kRunFailed;
@@ -29,8 +33,10 @@ int report_command(const ReportArgs& args) {
     }
     const std::string html = report::render_report(data);
     write_file_atomically(args.output, html);
-    std::cout << "wrote " << args.output << ": " << data.runs.size() << " run(s) from " << args.db
-              << ", " << (html.size() + 1023) / 1024 << " KiB\n";
+    // Written to standard output (-o -), the note goes to standard error.
+    (args.output == "-" ? std::cerr : std::cout)
+        << "wrote " << args.output << ": " << data.runs.size() << " run(s) from " << args.db
+        << ", " << (html.size() + 1023) / 1024 << " KiB\n";
     return kOk;
   } catch (const store::StoreError& e) {
     std::cerr << "xrun: " << e.what() << "\n";

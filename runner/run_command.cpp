@@ -8,6 +8,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -17,6 +18,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
@@ -26,6 +28,7 @@
 #include "engine/trainer.h"
 #include "profiler/run_observers.h"
 #include "runner/commands.h"
+#include "runner/config_schema.h"
 #include "runner/experiment.h"
 #include "runner/parallel_runs.h"
 #include "runner/progress.h"
@@ -132,16 +135,34 @@ store::NewRun new_run(const Plan& plan, const RunSpec& spec, const RunConfig& cf
 // companion. "" when every selected run's are safe to write; otherwise what
 // is wrong. A checkpoint never replaces the store (or its -wal/-shm), the
 // experiment file, a directory, or an existing file that is not an xrun
-// checkpoint.
+// checkpoint. Neither it nor model.weights (read) may be a FIFO, device or
+// socket: opening one blocks (a FIFO waits for a writer, deaf to SIGTERM)
+// or reads what is no safetensors file. Checked with stat(), which opens
+// nothing.
 std::string check_output_paths(const Plan& plan, const std::vector<const RunSpec*>& selected,
                                const std::string& db_path) {
   namespace fs = std::filesystem;
+  // "" or why `path`, when it exists, is not a file a run can read or write.
+  auto not_regular = [](const std::string& path) -> std::string {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) return "";
+    const char* what = S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                    : "not a regular file";
+    return path + " is " + what + ", not a safetensors file; give a regular file";
+  };
   auto same = [](const std::string& a, const std::string& b) {
     std::error_code ec;
     return fs::equivalent(a, b, ec) ||
            fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
   };
   for (const RunSpec* spec : selected) {
+    const std::string weights = spec->config.at("model").at("weights").get<std::string>();
+    if (!weights.empty())
+      if (const std::string why = not_regular(weights); !why.empty())
+        return "run #" + std::to_string(spec->index) + ": model.weights = \"" + weights + "\": " +
+               why;
     const std::string ckpt = spec->config.at("train").at("checkpoint").get<std::string>();
     if (ckpt.empty()) continue;
     const std::string where = "run #" + std::to_string(spec->index) + ": train.checkpoint = \"" +
@@ -152,6 +173,7 @@ std::string check_output_paths(const Plan& plan, const std::vector<const RunSpec
           return where + " would overwrite the result store " + db_path + "; choose another file";
       if (same(target, plan.file))
         return where + " would overwrite the experiment file " + plan.file + "; choose another file";
+      if (const std::string why = not_regular(target); !why.empty()) return where + ": " + why;
       std::error_code ec;
       if (fs::is_directory(target, ec))
         return where + ": " + target + " is a directory; give a file name (run.safetensors)";
@@ -205,6 +227,7 @@ class StoredRecords final : public RunObserver {
 struct Outcome {
   store::RunStatus status;
   std::string line;  // for the final table
+  bool skipped = false;  // another process has it (running or complete): not this one's failure
 };
 
 // The final table's line for a complete run.
@@ -233,11 +256,11 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
   } catch (const store::RunInProgress& e) {
     const std::string line = std::string(e.what()) + " on this host, skipped";
     display.end_run(line);
-    return {store::RunStatus::running, line};
+    return {store::RunStatus::running, line, true};
   } catch (const store::RunAlreadyComplete& e) {  // another process finished it just now
     const std::string line = std::string(e.what()) + ", skipped";
     display.end_run(line);
-    return {store::RunStatus::complete, line};
+    return {store::RunStatus::complete, line, true};
   }
   // Convolution algorithm choices are shared by runs on the same card,
   // driver and cuDNN version (cudnn_benchmark = "cached").
@@ -394,7 +417,7 @@ std::optional<Outcome> already_complete(const store::Store& db, const RunSpec& s
   if (!done) return std::nullopt;
   display.message("run #" + std::to_string(spec.index) + " [" + short_hash(spec.config_hash) +
                   "] already complete (" + *done + "), skipping; --force runs it again");
-  return Outcome{store::RunStatus::complete, "already complete, skipped"};
+  return Outcome{store::RunStatus::complete, "already complete, skipped", true};
 }
 
 // `run --parallel N` / `--gpus`: each selected run not yet complete is
@@ -402,11 +425,18 @@ std::optional<Outcome> already_complete(const store::Store& db, const RunSpec& s
 // slot at once (runner/parallel_runs.h). The final table is read back from
 // the store.
 int run_parallel(const RunArgs& args, const Plan& plan, const std::vector<const RunSpec*>& selected,
-                 const std::string& db_path, const SlotPlan& slots) {
+                 const std::string& db_path, const SlotPlan& slots,
+                 const std::string& experiment_text) {
   const auto device_of = [](const RunSpec* s) {
     return s->config.at("train").at("device").get<std::string>();
   };
   if (!args.gpus.empty()) {
+    for (const RunSpec* spec : selected)
+      if (device_of(spec) == "cpu") {
+        std::cerr << "xrun: --gpus gives each run a GPU, but run #" << spec->index
+                  << " trains on the cpu (train.device); use --parallel N for CPU runs\n";
+        return kUsage;
+      }
     for (const RunSpec* spec : selected)
       if (const std::string d = device_of(spec); d.rfind("cuda:", 0) == 0 && d != "cuda:0") {
         std::cerr << "xrun: --gpus gives each run one GPU, which it sees as cuda:0; run #"
@@ -454,12 +484,22 @@ int run_parallel(const RunArgs& args, const Plan& plan, const std::vector<const 
     return kRunFailed;
   }
   const int to_train = static_cast<int>(last_id_before.size());
+  // The children read the bytes this process planned, not the file again:
+  // a FIFO or <(...) gives its bytes once, and a file edited meanwhile
+  // would train something else.
+  const FrozenExperiment frozen(experiment_text);
+  if (to_train > 0 && !frozen.ok()) {
+    std::cerr << "xrun: --parallel: cannot write a copy of " << plan.file << " for the runs in "
+              << frozen.path() << ": " << frozen.error() << "\n";
+    return kRunFailed;
+  }
   int position = 0;
   for (const auto& [spec, o] : outcomes) {
     if (!last_id_before.count(spec->index)) continue;
     ChildRun c;
     c.index = spec->index;
-    c.argv = {exe, "run", plan.file, "--db", db_path, "--only", std::to_string(spec->index),
+    c.argv = {exe, "run", frozen.path(), "--experiment-path", plan.file, "--db", db_path,
+              "--only", std::to_string(spec->index),
               "--expect-config", spec->config_hash, "--sweep-position",
               std::to_string(++position) + "/" + std::to_string(to_train),
               "--cpu-threads-per-run", std::to_string(slots.cpu_threads)};
@@ -484,36 +524,60 @@ int run_parallel(const RunArgs& args, const Plan& plan, const std::vector<const 
   }
   const ChildrenOutcome done = run_children(children, slots.slots, stderr);
 
-  // What each child left in the store.
+  // What each child left in the store: the row it began (by its pid).
   bool failed = false, interrupted = done.stop_signal != 0;
   try {
     for (const ChildEnd& end : done.ends) {
       auto it = std::find_if(outcomes.begin(), outcomes.end(),
                              [&](const auto& o) { return o.first->index == end.index; });
       Outcome& o = it->second;
-      const auto rows = db->list_runs({{"config_hash", it->first->config_hash}});
+      std::optional<store::RunInfo> mine;
+      if (end.started && end.pid > 0)
+        for (const store::RunInfo& r : db->list_runs({{"config_hash", it->first->config_hash}}))
+          if (r.id > last_id_before[end.index])
+            if (const auto detail = db->get_run(r.uuid); detail && detail->pid == end.pid) mine = r;
       if (!end.started) {
         o = {store::RunStatus::interrupted, "not started: stopped before its turn"};
-      } else if (rows.empty() || rows.back().id <= last_id_before[end.index]) {
+      } else if (!mine && end.exit_code == 0) {
+        // It stored nothing and succeeded: another process had the run
+        // (another `run --parallel` on the same sweep), as plain `run` skips it.
+        const auto complete = db->find_complete(it->first->config_hash);
+        o = {complete ? store::RunStatus::complete : store::RunStatus::running,
+             complete ? "completed by another xrun process (" + *complete + "), skipped"
+                      : std::string("being trained by another xrun process, skipped"),
+             true};
+      } else if (!mine) {
         o = {store::RunStatus::failed,
              end.exit_code == 127
                  ? std::string("could not start ") + exe
                  : "ended (exit code " + std::to_string(end.exit_code) +
                        ") before storing the run; its output is above"};
+      } else if (mine->status == store::to_string(store::RunStatus::running)) {
+        // The child ended without finishing its row: killed (SIGKILL, the
+        // OOM killer), crashed, or stopped at once by a second Ctrl-C. Its
+        // row is ended here, with why, not left `running`.
+        const int sig = end.exit_code > 128 ? end.exit_code - 128 : 0;
+        const std::string how =
+            sig > 0 ? "killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")"
+                    : "ended with exit code " + std::to_string(end.exit_code);
+        if (done.stop_signal != 0) {
+          o = {store::RunStatus::interrupted,
+               "the process training it was " + how + " after the stop signal"};
+        } else {
+          o = {store::RunStatus::failed,
+               "the process training it was " + how + " before the run ended"};
+        }
+        db->finish_run(mine->uuid, o.status, RunSummary{}, o.line);
       } else {
-        const store::RunInfo& r = rows.back();
-        o.status = store::run_status_from_string(r.status);
+        o.status = store::run_status_from_string(mine->status);
         if (o.status == store::RunStatus::complete)
-          o.line = complete_line(r.throughput, r.step_ms_median, r.test_accuracy);
-        else if (o.status == store::RunStatus::running)
-          o.line = "stopped at once (exit code " + std::to_string(end.exit_code) +
-                   "); the next `xrun run` marks it interrupted";
+          o.line = complete_line(mine->throughput, mine->step_ms_median, mine->test_accuracy);
         else
-          o.line = r.error;
+          o.line = mine->error;
       }
       failed = failed || o.status == store::RunStatus::failed;
-      interrupted = interrupted || o.status == store::RunStatus::interrupted ||
-                    o.status == store::RunStatus::running;
+      interrupted = interrupted || (!o.skipped && (o.status == store::RunStatus::interrupted ||
+                                                   o.status == store::RunStatus::running));
     }
   } catch (const store::StoreError& e) {
     std::cerr << "xrun: store: " << e.what() << "\n";
@@ -528,6 +592,14 @@ int run_parallel(const RunArgs& args, const Plan& plan, const std::vector<const 
 }  // namespace
 
 int run_command(const RunArgs& args) {
+  // What --parallel gives its children, refused as train.threads would be
+  // (libgomp aborts or crashes on 100000 threads, leaving the run `running`).
+  if (const double most = schema::find("train.threads")->range.max;
+      args.cpu_threads_per_run < 0 || args.cpu_threads_per_run > most) {
+    std::cerr << "xrun: --cpu-threads-per-run " << args.cpu_threads_per_run
+              << ": expected 0 to " << static_cast<int>(most) << ", as train.threads\n";
+    return kUsage;
+  }
   const bool parallel = args.in_parallel();
   SlotPlan slots;
   if (parallel) {
@@ -543,8 +615,14 @@ int run_command(const RunArgs& args) {
   options.device_check = [](const nlohmann::json&, const std::string& device) {
     return device_problem(device);
   };
+  // The file is read once: a FIFO gives its bytes once, and --parallel hands
+  // the same bytes to its children. A child reads its parent's frozen copy
+  // and names the file as the user did.
+  std::string experiment_text;
   try {
-    plan = load_plan(args.file, options);
+    experiment_text = read_experiment_text(args.file);
+    plan = load_plan_from_string(
+        experiment_text, args.experiment_path.empty() ? args.file : args.experiment_path, options);
   } catch (const ExperimentError& e) {
     std::cerr << "xrun: " << e.what() << "\n";
     return kUsage;
@@ -575,7 +653,7 @@ int run_command(const RunArgs& args) {
     std::cerr << "xrun: " << problem << "\n";
     return kUsage;
   }
-  if (parallel) return run_parallel(args, plan, selected, db_path, slots);
+  if (parallel) return run_parallel(args, plan, selected, db_path, slots, experiment_text);
 
   // Where the runs stand in the list the user sees ("run 3/8"): a child of
   // --parallel is told its place in its parent's list.

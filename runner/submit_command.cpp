@@ -148,7 +148,7 @@ int submit_command(const SubmitArgs& args) {
     options.sets = args.sets;
     // The submitting host (a login node) may have no GPU: runs on cuda
     // devices are checked where they train.
-    text = read_experiment_file(args.file);
+    text = read_experiment_text(args.file);
     plan = load_plan_from_string(text, args.file, options);
   } catch (const ExperimentError& e) {
     std::cerr << "xrun: " << e.what() << "\n";

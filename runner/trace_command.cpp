@@ -23,6 +23,10 @@
 namespace xrun::cli {
 
 int trace_command(const TraceArgs& args) {
+  if (const std::string why = output_overwrites_store(args.output, args.db); !why.empty()) {
+    std::cerr << "xrun: trace: " << why << "\n";
+    return kUsage;
+  }
   try {
     std::unique_ptr<store::Store> db;
     std::optional<store::RunDetail> run;
@@ -74,8 +78,9 @@ int trace_command(const TraceArgs& args) {
     }
     out << "\n]}\n";
     file.commit();
-    std::printf("%zu events of run %lld written to %s\n", events.size(),
-                static_cast<long long>(run->info.id), args.output.c_str());
+    // Written to standard output (-o -), the note goes to standard error.
+    std::fprintf(args.output == "-" ? stderr : stdout, "%zu events of run %lld written to %s\n",
+                 events.size(), static_cast<long long>(run->info.id), args.output.c_str());
     return kOk;
   } catch (const store::StoreError& e) {
     std::cerr << "xrun: " << e.what() << "\n";

@@ -211,3 +211,27 @@ TEST_CASE("xrun compare: real CPU runs by thread count and by label", "[cli][com
   CHECK_THAT(labels.output, Contains("other-box") && Contains("train.threads") &&
                                 Contains("no run with another label"));
 }
+
+TEST_CASE("xrun compare: two runs of 1M steps each compare in seconds", "[cli][compare]") {
+  CliFixture f;
+  {
+    xrun::store::Store store(f.db());
+    add_run(store, labelled("a"), step_times(100, 0.1, 1000000));
+    add_run(store, labelled("b"), step_times(90, 0.1, 1000000, 3));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = f.xrun("compare --by label --format json --db " + shell_quote(f.db()));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.output << "\n" << seconds << " s");
+  REQUIRE(r.status == 0);
+  const nlohmann::json cell = nlohmann::json::parse(r.output).at("groups").at(0).at("cells").at(1);
+  const double ratio = expected_throughput(step_times(90, 0.1, 1000000, 3)) /
+                       expected_throughput(step_times(100, 0.1, 1000000));
+  CHECK(cell.at("ratio").get<double>() == Approx(ratio).epsilon(1e-9));
+  // The interval still holds the ratio, and is narrow: a million steps each.
+  CHECK(cell.at("ratio_lo").get<double>() <= ratio);
+  CHECK(cell.at("ratio_hi").get<double>() >= ratio);
+  CHECK(cell.at("ratio_hi").get<double>() - cell.at("ratio_lo").get<double>() < 0.01);
+  CHECK(seconds < 30);  // 40 to 100 s before the bootstrap was bounded
+}

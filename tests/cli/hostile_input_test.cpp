@@ -3,6 +3,7 @@
 // the real binary on real files and asserts the exit code, the message and
 // that no stored byte was lost.
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -396,4 +397,179 @@ TEST_CASE("hostile: invalid UTF-8 written into a store by another program is sho
   CHECK_NOTHROW(nlohmann::json::parse(show.output));
   CHECK(f.xrun("export --format json" + db).status == 0);
   CHECK(f.xrun("report -o r.html" + db).status == 0);
+}
+
+namespace {
+
+// A shell command line run in the scratch directory.
+xrun_test::CommandResult in_dir(const CliFixture& f, const std::string& command) {
+  return xrun_test::run_command("cd " + shell_quote(f.dir.str()) + " && { " + command + "; }");
+}
+
+}  // namespace
+
+TEST_CASE("hostile: -o naming the store being read is refused, by path, symlink or hard link", "[cli][hostile]") {
+  CliFixture f;
+  const std::string before = stored_run(f);
+  std::filesystem::create_symlink(f.db(), f.dir.file("link.db"));
+  std::filesystem::create_hard_link(f.db(), f.dir.file("hard.db"));
+  const std::string db = " --db " + shell_quote(f.db());
+  for (const std::string cmd : {"export", "export --format json", "report", "trace 1"})
+    for (const std::string target : {std::string("results.db"), std::string("./results.db"), f.db(),
+                                     std::string("link.db"), std::string("hard.db")}) {
+      auto r = f.xrun(cmd + db + " -o " + shell_quote(target));
+      INFO(cmd << " -o " << target << "\n" << r.output);
+      CHECK(r.status == 2);
+      CHECK_THAT(r.output, Contains("is the result store being read"));
+    }
+  CHECK(read_bytes(f.db()) == before);
+  CHECK(std::filesystem::is_symlink(f.dir.file("link.db")));
+  // Another file is written as before.
+  auto other = f.xrun("export" + db + " -o runs.csv");
+  CHECK(other.status == 0);
+  CHECK_THAT(read_bytes(f.dir.file("runs.csv")), StartsWith("id,uuid,"));
+}
+
+TEST_CASE("hostile: -o writes through a FIFO, a device, a symlink and - instead of replacing them", "[cli][hostile]") {
+  CliFixture f;
+  stored_run(f);
+  const std::string db = " --db " + shell_quote(f.db());
+  auto is = [](const std::string& path, mode_t type) {
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) == 0 && (st.st_mode & S_IFMT) == type;
+  };
+
+  // A FIFO: its reader gets the CSV and the FIFO stays (a reader left
+  // waiting on a replaced FIFO is ended by timeout).
+  REQUIRE(::mkfifo(f.dir.file("out.fifo").c_str(), 0600) == 0);
+  auto fifo = in_dir(f, "timeout 20 cat out.fifo > got.csv & " +
+                                shell_quote(xrun_test::xrun_binary()) + " export" + db +
+                                " -o out.fifo; rc=$?; wait; exit $rc");
+  INFO(fifo.output);
+  CHECK(fifo.status == 0);
+  CHECK(is(f.dir.file("out.fifo"), S_IFIFO));
+  CHECK_THAT(read_bytes(f.dir.file("got.csv")), StartsWith("id,uuid,"));
+
+  // A symlink, dangling or not: its target is written, the link kept.
+  std::filesystem::create_directory(f.dir.file("real"));
+  xrun_test::write_bytes(f.dir.file("real/old.csv"), "old");
+  std::filesystem::create_symlink("real/old.csv", f.dir.file("link.csv"));
+  std::filesystem::create_symlink("real/new.json", f.dir.file("dangling.json"));
+  CHECK(f.xrun("export" + db + " -o link.csv").status == 0);
+  CHECK(f.xrun("export --format json" + db + " -o dangling.json").status == 0);
+  CHECK(is(f.dir.file("link.csv"), S_IFLNK));
+  CHECK(is(f.dir.file("dangling.json"), S_IFLNK));
+  CHECK_THAT(read_bytes(f.dir.file("real/old.csv")), StartsWith("id,uuid,"));
+  CHECK_NOTHROW(nlohmann::json::parse(read_bytes(f.dir.file("real/new.json"))));
+  CHECK(f.xrun("report" + db + " -o link.csv").status == 0);
+  CHECK(is(f.dir.file("link.csv"), S_IFLNK));
+  CHECK_THAT(read_bytes(f.dir.file("real/old.csv")), Contains("<html"));
+
+  // "-": standard output, no file named "-".
+  auto dash = xrun_split(f, "export" + db + " -o -");
+  CHECK(dash.status == 0);
+  CHECK_THAT(dash.out, StartsWith("id,uuid,"));
+  auto page = xrun_split(f, "report" + db + " -o -");
+  CHECK(page.status == 0);
+  CHECK_THAT(page.out, Contains("<html"));
+  CHECK_THAT(page.err, Contains("wrote -"));
+  CHECK_FALSE(std::filesystem::exists(f.dir.file("-")));
+  // A link to a magic link (as /dev/stdout is): standard output, link kept.
+  std::filesystem::create_symlink("/proc/self/fd/1", f.dir.file("stdout-link"));
+  auto linked = xrun_split(f, "export" + db + " -o stdout-link");
+  CHECK(linked.status == 0);
+  CHECK_THAT(linked.out, StartsWith("id,uuid,"));
+  CHECK(is(f.dir.file("stdout-link"), S_IFLNK));
+
+  // A device node (as root, a private /dev/null: the real one is never put
+  // at risk by this test).
+  if (::geteuid() == 0) {
+    REQUIRE(::mknod(f.dir.file("null").c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0);
+    for (const std::string cmd : {"export", "report", "export --format json"}) {
+      auto r = f.xrun(cmd + db + " -o null");
+      INFO(cmd << "\n" << r.output);
+      CHECK(r.status == 0);
+      CHECK(is(f.dir.file("null"), S_IFCHR));
+    }
+  }
+}
+
+TEST_CASE("hostile: stored text with control characters is escaped on the terminal, kept in JSON and CSV", "[cli][hostile]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("esc.toml", quick("esc"));
+  for (const char* label : {"a", "b"})
+    REQUIRE(f.xrun(run_args(f, file) + " --force --set store.label=" + label).status == 0);
+  // What another program (or a merged store) may hold.
+  const std::string evil = "'x' || char(27) || ']0;pwned' || char(7) || char(27) || '[2J' || char(155) || 'y'";
+  REQUIRE(xrun_test::run_command("sqlite3 " + shell_quote(f.db()) + " " +
+                                 shell_quote("UPDATE runs SET label = " + evil + " WHERE label = 'b';"
+                                             " UPDATE runs SET error = 'e' || char(27) || '[31m' ||"
+                                             " char(10) || 'second line';"
+                                             " UPDATE run_environment SET value = " + evil +
+                                             " WHERE key = 'device_name'")).status == 0);
+  const std::string db = " --db " + shell_quote(f.db());
+  for (const std::string cmd : {"runs", "show 1", "show 2", "compare --by label",
+                                "compare --by label --format markdown"}) {
+    auto r = xrun_split(f, cmd + db);
+    INFO(cmd << "\n" << r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK(r.out.find('\x1b') == std::string::npos);
+    CHECK(r.out.find('\x07') == std::string::npos);
+    CHECK(r.out.find("\xc2\x9b") == std::string::npos);
+    CHECK(r.err.find('\x1b') == std::string::npos);
+    // The runs table cuts labels at 14 columns.
+    CHECK_THAT(r.out, Contains(cmd == "runs" ? "x\\e]0;pwned" : "x\\e]0;pwned\\x07\\e[2J\\u009by"));
+  }
+  CHECK_THAT(xrun_split(f, "show 1" + db).out, Contains("e\\e[31m\\nsecond line"));
+  // JSON and CSV carry the text as it is stored (their own escaping).
+  auto json = xrun_split(f, "runs --format json" + db);
+  REQUIRE(json.status == 0);
+  CHECK(nlohmann::json::parse(json.out).at(1).at("label") == "x\x1b]0;pwned\x07\x1b[2J\xc2\x9by");
+  CHECK(xrun_split(f, "runs --format csv" + db).out.find("x\x1b]0;pwned") != std::string::npos);
+}
+
+TEST_CASE("hostile: --cpu-threads-per-run beyond train.threads' limit is exit 2, nothing stored", "[cli][hostile]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("t.toml", quick("t"));
+  for (const std::string n : {"100000", "2147483647", "-1"}) {
+    auto r = f.xrun(run_args(f, file) + " --cpu-threads-per-run " + n);
+    INFO(n << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Contains("--cpu-threads-per-run " + n + ": expected 0 to 1024"));
+  }
+  CHECK_FALSE(std::filesystem::exists(f.db()));
+  auto ok = f.xrun(run_args(f, file) + " --cpu-threads-per-run 1");
+  INFO(ok.output);
+  CHECK(ok.status == 0);
+}
+
+TEST_CASE("hostile: model.weights or train.checkpoint naming a FIFO is refused at once, exit 2", "[cli][hostile]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("t.toml", quick("t"));
+  REQUIRE(::mkfifo(f.dir.file("w.fifo").c_str(), 0600) == 0);
+  for (const std::string key : {"model.weights", "train.checkpoint"}) {
+    // timeout: a blocking open of the FIFO would wait for ever.
+    auto r = in_dir(f, "timeout -k 5 20 " + shell_quote(xrun_test::xrun_binary()) + " " +
+                               run_args(f, file) + " --set " + shell_quote(key + "=\"w.fifo\""));
+    INFO(key << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Contains(key + " = \"w.fifo\": w.fifo is a FIFO (named pipe), not a safetensors file"));
+  }
+  CHECK_FALSE(std::filesystem::exists(f.db()));
+}
+
+TEST_CASE("hostile: an experiment file that is a FIFO is read once, also by run --parallel", "[cli][hostile]") {
+  CliFixture f;
+  const std::string toml = quick("fifo") + "[sweep]\ntrain.seed = [1, 2]\n";
+  f.write_experiment("t.toml", toml);
+  REQUIRE(::mkfifo(f.dir.file("exp.fifo").c_str(), 0600) == 0);
+  // The writer gives the bytes once, as a pipe does; timeout: a child that
+  // opens the FIFO again would wait for ever.
+  auto r = in_dir(f, "cat t.toml > exp.fifo & timeout -k 5 120 " +
+                             shell_quote(xrun_test::xrun_binary()) + " " +
+                             run_args(f, f.dir.file("exp.fifo")) + " --parallel 2");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(f.sql("SELECT count(*) FROM runs WHERE status = 'complete'") == "2");
+  CHECK(f.sql("SELECT group_concat(file) FROM experiments") == f.dir.file("exp.fifo"));
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 #include <thread>
 
@@ -196,32 +197,49 @@ TEST_CASE("SIGTERM to the --parallel process alone reaches its runs", "[cli][par
 
 TEST_CASE("parallel --gpus: each run gets its own CUDA_VISIBLE_DEVICES, a failed run does not stop the "
           "others", "[cli][parallel]") {
+  // Each child in its slot's CUDA_VISIBLE_DEVICES; the third takes the
+  // first slot freed. (xrun refuses --gpus for CPU runs, so the slots are
+  // seen through run_children with children of our own.)
+  std::vector<xrun::cli::Slot> slots(2);
+  slots[0].gpu = "3";
+  slots[1].gpu = "5";
+  std::vector<xrun::cli::ChildRun> children(3);
+  for (int i = 0; i < 3; ++i) {
+    children[i].index = i;
+    children[i].argv = {"/bin/sh", "-c", "echo gpu=$CUDA_VISIBLE_DEVICES; sleep 0.3"};
+  }
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  const xrun::cli::ChildrenOutcome done = xrun::cli::run_children(children, slots, out);
+  std::rewind(out);
+  std::string text;
+  for (int c; (c = std::fgetc(out)) != EOF;) text += static_cast<char>(c);
+  std::fclose(out);
+  INFO(text);
+  CHECK_THAT(text, Contains("[#0] gpu=3") && Contains("[#1] gpu=5"));
+  CHECK((text.find("[#2] gpu=3") != std::string::npos ||
+         text.find("[#2] gpu=5") != std::string::npos));
+  for (const xrun::cli::ChildEnd& end : done.ends) {
+    CHECK(end.exit_code == 0);
+    CHECK(end.pid > 0);
+  }
+
   CliFixture f;
-  // Three CPU runs (the GPU handed out is recorded all the same); run 1
-  // reads CIFAR-10 from a folder that is not there.
+  // Three CPU runs; run 1 reads CIFAR-10 from a folder that is not there.
   std::string toml = lr_runs(3);
   toml = toml.substr(0, toml.find("[sweep]")) +
          "[sweep]\nmode = \"zip\"\ndata.source = [\"synthetic\", \"cifar10\", \"synthetic\"]\n"
          "train.seed = [1, 2, 3]\n";
   const std::string file = f.write_experiment("gpus.toml", toml);
   const CommandResult r =
-      f.xrun(run_args(f, file) + " --gpus 3,5 --set 'data.path=\"/nonexistent/cifar\"'");
+      f.xrun(run_args(f, file) + " --parallel 2 --set 'data.path=\"/nonexistent/cifar\"'");
   INFO(r.output);
   CHECK(r.status == 1);
-  CHECK_THAT(r.output, Contains("one per GPU: 3 5"));
   CHECK(f.sql("SELECT group_concat(status || ':' || sweep_index, ' ') FROM (SELECT status, "
               "sweep_index FROM runs ORDER BY sweep_index)") ==
         "complete:0 failed:1 complete:2");
   CHECK(f.sql("SELECT error FROM runs WHERE sweep_index = 1").find("/nonexistent/cifar") !=
         std::string::npos);
-  // Runs 0 and 1 started together, one on each GPU; run 2 took the first freed.
-  CHECK(f.sql("SELECT group_concat(value, ' ') FROM (SELECT e.value FROM run_environment e JOIN "
-              "runs r ON r.id = e.run WHERE e.key = 'cuda_visible_devices' AND r.sweep_index < 2 "
-              "ORDER BY r.sweep_index)") == "3 5");
-  const std::string third = f.sql(
-      "SELECT e.value FROM run_environment e JOIN runs r ON r.id = e.run WHERE e.key = "
-      "'cuda_visible_devices' AND r.sweep_index = 2");
-  CHECK((third == "3" || third == "5"));
 }
 
 TEST_CASE("parallel: options that cannot work are refused before anything runs",
@@ -246,4 +264,81 @@ TEST_CASE("parallel: options that cannot work are refused before anything runs",
   CHECK(changed.status == 2);
   CHECK_THAT(changed.output, Contains("changed after `xrun run --parallel` planned it"));
   CHECK_FALSE(std::filesystem::exists(f.db()));
+}
+
+TEST_CASE("parallel: --parallel 0 says N >= 1, --gpus for CPU runs is exit 2", "[cli][parallel]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("par.toml", lr_runs(3));
+  for (const std::string n : {"0", "-3", "x"}) {
+    const CommandResult r = f.xrun(run_args(f, file) + " --parallel " + n);
+    INFO(r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Contains("must be a whole number >= 1"));
+    CHECK(r.output.find("00000000") == std::string::npos);  // no range up to DBL_MAX
+  }
+  const CommandResult gpus = f.xrun(run_args(f, file) + " --gpus a,b");
+  INFO(gpus.output);
+  CHECK(gpus.status == 2);
+  CHECK_THAT(gpus.output, Contains("--gpus gives each run a GPU, but run #0 trains on the cpu"));
+  CHECK_FALSE(std::filesystem::exists(f.db()));
+}
+
+TEST_CASE("parallel: an experiment from <(cat file) reaches every child", "[cli][parallel]") {
+  CliFixture f;
+  f.write_experiment("par.toml", lr_runs(3));
+  const CommandResult r = run_command(
+      "cd " + shell_quote(f.dir.str()) + " && timeout -k 5 120 bash -c " +
+      shell_quote(shell_quote(xrun_binary()) + " run <(cat par.toml) --db " + shell_quote(f.db()) +
+                  " --parallel 2"));
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(f.sql("SELECT group_concat(status) FROM runs") == "complete,complete");
+  CHECK_THAT(f.sql("SELECT file FROM experiments"), Contains("/dev/fd/"));
+  // The frozen copies the children read are gone.
+  CHECK(r.output.find("required key missing") == std::string::npos);
+}
+
+TEST_CASE("parallel: a second --parallel on a sweep being trained skips its runs, exit 0",
+          "[cli][parallel]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("par.toml", lr_runs(400));
+  const pid_t first = spawn_xrun(f, file, {"--parallel", "2"}, "first.log");
+  REQUIRE(wait_for_runs_with_steps(f, 2, 2, first));
+  // Both runs are being trained by the first: the second's children skip them.
+  const CommandResult second = f.xrun(run_args(f, file) + " --parallel 2");
+  INFO(second.output);
+  CHECK(second.status == 0);
+  CHECK_THAT(second.output, Contains("being trained by another xrun process, skipped"));
+  const int code = wait_exit(first);
+  INFO(read_bytes(f.dir.file("first.log")));
+  CHECK(code == 0);
+  CHECK(f.sql("SELECT group_concat(status) FROM runs") == "complete,complete");
+  // Once complete, a third skips them before starting any child.
+  const CommandResult third = f.xrun(run_args(f, file) + " --parallel 2");
+  CHECK(third.status == 0);
+  CHECK_THAT(third.output, Contains("already complete, skipped"));
+}
+
+TEST_CASE("parallel: a child killed by SIGKILL: its run failed with why, the others go on, exit 1",
+          "[cli][parallel]") {
+  CliFixture f;
+  std::string toml = lr_runs(3);
+  toml = toml.substr(0, toml.find("steps = 3")) + toml.substr(toml.find("steps = 3") + 10);
+  toml = toml.substr(0, toml.find("[sweep]")) +
+         "[sweep]\nmode = \"zip\"\ntrain.steps = [5000, 40]\ntrain.seed = [1, 2]\n";
+  const std::string file = f.write_experiment("kill.toml", toml);
+  const pid_t parent = spawn_xrun(f, file, {"--parallel", "2"}, "kill.log");
+  REQUIRE(wait_for_runs_with_steps(f, 2, 3, parent));
+  const pid_t child = std::stoi(f.sql("SELECT pid FROM runs WHERE sweep_index = 0"));
+  REQUIRE(child > 0);
+  REQUIRE(::kill(child, SIGKILL) == 0);
+  const int code = wait_exit(parent);
+  const std::string log = read_bytes(f.dir.file("kill.log"));
+  INFO(log);
+  CHECK(code == 1);
+  CHECK(f.sql("SELECT status FROM runs WHERE sweep_index = 0") == "failed");
+  CHECK_THAT(f.sql("SELECT error FROM runs WHERE sweep_index = 0"),
+             Contains("killed by signal 9"));
+  CHECK(f.sql("SELECT status FROM runs WHERE sweep_index = 1") == "complete");
+  CHECK_THAT(log, Contains("killed by signal 9"));
 }

@@ -234,3 +234,16 @@ TEST_CASE("the caller's device check refuses a run by index", "[config][errors]"
   CHECK(e.key == "train.device");
   CHECK(std::string(e.what()) == "t.toml:3:10: train.device: run 2: no room for batch 64 on cuda:0");
 }
+
+TEST_CASE("data.std below 1e-6 is refused by name, not a NaN loss at step 0", "[config][errors]") {
+  for (const std::string v : {"1e-45", "0.0", "1e-7", "-1.0"}) {
+    auto e = error_of("name = \"t\"\n[data]\nstd = [0.2, " + v + ", 0.2]\n");
+    INFO(e.what());
+    CHECK(e.key == "data.std");
+    CHECK_THAT(e.what(), Catch::Contains("data.std") && Catch::Contains(">= 1e-06"));
+  }
+  auto inf = error_of("name = \"t\"\n[data]\nstd = [0.2, inf, 0.2]\n");
+  CHECK(inf.key == "data.std");
+  CHECK_THAT(inf.what(), Catch::Contains("expected a finite number"));
+  CHECK(plan_text("name = \"t\"\n[data]\nstd = [1e-6, 0.5, 2.0]\n").runs.size() == 1);
+}
