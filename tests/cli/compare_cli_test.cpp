@@ -212,7 +212,12 @@ TEST_CASE("xrun compare: real CPU runs by thread count and by label", "[cli][com
                                 Contains("no run with another label"));
 }
 
-TEST_CASE("xrun compare: two runs of 1M steps each compare in seconds", "[cli][compare]") {
+// Runs of a million steps are bootstrapped in at most 10,000 blocks of
+// consecutive steps (runner/compare.cpp); the time that saves (101 s -> 9 s
+// on 2 cores) is a benchmark figure (bench/README.md), not a pass/fail
+// threshold: this checks the blocked bootstrap's answer.
+TEST_CASE("xrun compare: two runs of 1M steps each: the exact ratio inside a narrow interval",
+          "[cli][compare]") {
   CliFixture f;
   {
     xrun::store::Store store(f.db());
@@ -233,5 +238,4 @@ TEST_CASE("xrun compare: two runs of 1M steps each compare in seconds", "[cli][c
   CHECK(cell.at("ratio_lo").get<double>() <= ratio);
   CHECK(cell.at("ratio_hi").get<double>() >= ratio);
   CHECK(cell.at("ratio_hi").get<double>() - cell.at("ratio_lo").get<double>() < 0.01);
-  CHECK(seconds < 30);  // 40 to 100 s before the bootstrap was bounded
 }
