@@ -4,8 +4,10 @@
 // evaluation and checkpoints. train() at the bottom is the whole run.
 #include "engine/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -97,7 +99,9 @@ class Run final : public StepSource {
       total_steps = steps_per_epoch * epochs;
     } else {
       total_steps = cfg.train.steps;
-      epochs = static_cast<int>((total_steps + steps_per_epoch - 1) / steps_per_epoch);
+      // Saturated for the run's shape: 1e12 steps of one batch is no int.
+      epochs = static_cast<int>(std::min<int64_t>((total_steps + steps_per_epoch - 1) / steps_per_epoch,
+                                                  std::numeric_limits<int>::max()));
     }
     runner = std::make_unique<StepRunner>(
         cfg, StepParts{*backend, *model, *loss, *optimizer, *train_loader}, batch,

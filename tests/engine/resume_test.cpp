@@ -104,3 +104,14 @@ TEST_CASE("trainer: SGD momentum with accumulate 2, resumed twice across epochs,
     }
   check_same_tensors(whole, parts);
 }
+
+// The trainer with train.steps = 1e12 (the most the schema allows), stopped
+// after two steps: it starts, trains and saves, rather than failing with
+// std::bad_alloc before the first step.
+TEST_CASE("trainer: train.steps = 1e12 starts and stops cleanly", "[trainer]") {
+  xrun_test::ScratchDir dir;
+  RunConfig c = xrun_test::tiny_run(dir.file("long.safetensors"), 1'000'000'000'000);
+  const auto steps = train_part(c, 2);
+  CHECK(steps.size() == 2);
+  CHECK(SafetensorsFile::open(c.train.checkpoint).metadata().at("xrun.step") == "2");
+}
