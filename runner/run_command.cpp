@@ -155,9 +155,10 @@ std::string check_output_paths(const Plan& plan, const std::vector<const RunSpec
       std::error_code ec;
       if (fs::is_directory(target, ec))
         return where + ": " + target + " is a directory; give a file name (run.safetensors)";
-      if (fs::exists(target, ec) && !is_xrun_checkpoint(target))
-        return where + ": " + target + " exists and is not an xrun checkpoint; refusing to " +
-               "overwrite it (move it away or choose another file)";
+      if (fs::exists(target, ec))
+        if (const std::string why = checkpoint_file_problem(target); !why.empty())
+          return where + ": " + target + " exists and " + why + "; refusing to " +
+                 "overwrite it (move it away or choose another file)";
     }
   }
   return "";

@@ -46,6 +46,21 @@ bool is_xrun_checkpoint(const std::string& path) {
   }
 }
 
+std::string checkpoint_file_problem(const std::string& path) {
+  try {
+    const SafetensorsFile f = SafetensorsFile::open(path);
+    return f.metadata().count(kStepKey) > 0 ? "" : "is not an xrun checkpoint";
+  } catch (const CheckpointError& e) {
+    // A cut-short file is named as such, with the sizes the reader found.
+    const std::string what = e.what();
+    const size_t at = what.find("truncated: ");
+    if (at != std::string::npos) return "is " + what.substr(at);
+    return "is not an xrun checkpoint";
+  } catch (const std::exception&) {
+    return "is not an xrun checkpoint";
+  }
+}
+
 std::string optimizer_state_path(const std::string& path) {
   const std::string ext = ".safetensors";
   if (path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0)

@@ -31,6 +31,11 @@ std::string optimizer_state_path(const std::string& checkpoint_path);
 // missing, foreign or malformed file; never throws.
 bool is_xrun_checkpoint(const std::string& path);
 
+// Why `path` is not a checkpoint xrun can resume from or overwrite, as the
+// end of a sentence that starts with the path ("is truncated: expected 4096
+// bytes, found 1000 (...)", "is not an xrun checkpoint"); "" when it is one.
+std::string checkpoint_file_problem(const std::string& path);
+
 // Writes both files (each atomically; the step is recorded in both).
 void save_checkpoint(const std::string& path, const ResNet& model, Backend& backend,
                      OptimizerOp& optimizer, const CheckpointState& state);
