@@ -249,6 +249,7 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
                                       env0.get("compute_capability") + " | driver " +
                                       env0.get("driver") + " | cuDNN " + env0.get("cudnn");
   TrainContext context;
+  context.config_hash = spec.config_hash;  // a checkpoint resumes only its own configuration
   if (cfg.train.cudnn_benchmark == CudnnBenchmark::cached)
     context.algo_cache = db.conv_algo_cache(device_key);
   display.message("stored as " + uuid + " in " + db.path());

@@ -21,7 +21,14 @@ struct CheckpointState {
   double loss_scale = 1;        // fp16: the dynamic loss scale and its growth count
   int64_t scaler_growth_tracker = 0;
   std::string arch;
+  // The configuration hash of the run that wrote it (metadata
+  // "xrun.config_hash"); "" where none was given (and in files of older xrun).
+  std::string config_hash;
 };
+
+// The configuration hash a checkpoint's weights file names, "" when none.
+// Throws CheckpointError when the file cannot be read.
+std::string checkpoint_config_hash(const std::string& path);
 
 // "run.safetensors" -> "run.optim.safetensors".
 std::string optimizer_state_path(const std::string& checkpoint_path);

@@ -115,3 +115,101 @@ TEST_CASE("trainer: train.steps = 1e12 starts and stops cleanly", "[trainer]") {
   CHECK(steps.size() == 2);
   CHECK(SafetensorsFile::open(c.train.checkpoint).metadata().at("xrun.step") == "2");
 }
+
+// A checkpoint belongs to the configuration that wrote it (its config hash
+// is in the metadata). A sweep whose runs share train.checkpoint with
+// train.resume used to let run #1 resume run #0's final checkpoint, train
+// nothing and be stored complete at 0 img/s; now run #1 is refused, by
+// name, and the checkpoint is left as it was.
+TEST_CASE("trainer: train.resume refuses a checkpoint another configuration wrote",
+          "[trainer][resume]") {
+  xrun_test::ScratchDir dir;
+  const std::string shared = dir.file("shared.safetensors");
+  RunConfig a = xrun_test::tiny_run(shared, 3);
+  a.train.resume = true;  // nothing there yet: trains from scratch
+  TrainContext run0;
+  run0.config_hash = "aaaaaaaaaaaaaaaa";
+  xrun_test::RunWatch w0;
+  train(a, w0, run0);
+  REQUIRE(w0.steps.size() == 3);
+  CHECK(SafetensorsFile::open(shared).metadata().at("xrun.config_hash") == "aaaaaaaaaaaaaaaa");
+  CHECK(SafetensorsFile::open(optimizer_state_path(shared)).metadata().at("xrun.config_hash") ==
+        "aaaaaaaaaaaaaaaa");
+  const std::string before = xrun_test::read_bytes(shared);
+
+  RunConfig b = a;
+  b.train.optimizer.lr = 0.01;
+  TrainContext run1;
+  run1.config_hash = "bbbbbbbbbbbbbbbb";
+  xrun_test::RunWatch w1;
+  CHECK_THROWS_AS(train(b, w1, run1), TrainError);
+  CHECK_THROWS_WITH(train(b, w1, run1), Contains(shared) && Contains("another configuration") &&
+                                            Contains("aaaaaaaa") && Contains("bbbbbbbb"));
+  CHECK(w1.steps.empty());
+  CHECK(xrun_test::read_bytes(shared) == before);
+}
+
+// A run that would measure nothing is refused rather than stored complete
+// at 0 img/s: resuming a finished checkpoint of the same configuration
+// (`xrun run --force` with train.resume), or one past the measured steps.
+TEST_CASE("trainer: a resume that leaves no step to measure is refused", "[trainer][resume]") {
+  xrun_test::ScratchDir dir;
+  TrainContext ctx;
+  ctx.config_hash = "cccccccccccccccc";
+  RunConfig c = xrun_test::tiny_run(dir.file("done.safetensors"), 3);
+  c.train.resume = true;
+  xrun_test::RunWatch first;
+  train(c, first, ctx);
+  REQUIRE(first.steps.size() == 3);
+  xrun_test::RunWatch again;
+  CHECK_THROWS_WITH(train(c, again, ctx),
+                    Contains("done.safetensors") && Contains("step 3") && Contains("nothing"));
+  CHECK(again.steps.empty());
+
+  // measure: 1 warmup step, 2 measured (steps 1 and 2); stopped at step 4 of 6.
+  RunConfig m = xrun_test::tiny_run(dir.file("late.safetensors"), 6);
+  m.measure.measure_steps = 2;
+  m.train.resume = true;
+  xrun_test::RunWatch part;
+  TrainContext stop_at_4 = ctx;
+  stop_at_4.stop_requested = [&] { return part.steps.size() >= 4; };
+  REQUIRE_THROWS_AS(train(m, part, stop_at_4), TrainInterrupted);
+  xrun_test::RunWatch rest;
+  CHECK_THROWS_WITH(train(m, rest, ctx), Contains("late.safetensors") && Contains("step 4") &&
+                                             Contains("measure"));
+  CHECK(rest.steps.empty());
+}
+
+// The same configuration resumes; so does a checkpoint that names none (as
+// xrun wrote them before), with a notice.
+TEST_CASE("trainer: train.resume takes its own configuration's checkpoint and an unnamed one",
+          "[trainer][resume]") {
+  xrun_test::ScratchDir dir;
+  TrainContext ctx;
+  ctx.config_hash = "dddddddddddddddd";
+  RunConfig c = xrun_test::tiny_run(dir.file("own.safetensors"), 5);
+  c.train.resume = true;
+  xrun_test::RunWatch part;
+  TrainContext stop_at_2 = ctx;
+  stop_at_2.stop_requested = [&] { return part.steps.size() >= 2; };
+  REQUIRE_THROWS_AS(train(c, part, stop_at_2), TrainInterrupted);
+  xrun_test::RunWatch rest;
+  train(c, rest, ctx);
+  REQUIRE(rest.steps.size() == 3);
+  CHECK(rest.steps.front().step == 2);
+
+  RunConfig old = xrun_test::tiny_run(dir.file("old.safetensors"), 5);
+  old.train.resume = true;
+  xrun_test::RunWatch old_part;
+  TrainContext no_hash;  // as a checkpoint written before config hashes were kept
+  no_hash.stop_requested = [&] { return old_part.steps.size() >= 2; };
+  REQUIRE_THROWS_AS(train(old, old_part, no_hash), TrainInterrupted);
+  CHECK(SafetensorsFile::open(old.train.checkpoint).metadata().count("xrun.config_hash") == 0);
+  xrun_test::RunWatch old_rest;
+  train(old, old_rest, ctx);
+  CHECK(old_rest.steps.size() == 3);
+  bool noticed = false;
+  for (const std::string& m : old_rest.messages)
+    noticed = noticed || m.find("names no configuration") != std::string::npos;
+  CHECK(noticed);
+}
