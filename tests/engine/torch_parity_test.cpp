@@ -85,3 +85,38 @@ TEST_CASE("the fp16 error budget of the CUDA comparison rejects gradients off by
     CHECK(rejected > 0);
   }
 }
+
+// Negative controls for the rule itself (issue 20): on the resnet50 run,
+// where PyTorch fp32 is far from float64 after the first step, the bounds
+// used to accept all-zero eval logits and a loss off by 0.48 of 2.14. The
+// CPU engine's own results pass (the case above); the same results with
+// the eval logits zeroed, or a step's loss 10% above or below float64's,
+// must not.
+TEST_CASE("the parity rule rejects zero eval logits and a loss 10% off, on resnet50",
+          "[parity]") {
+  const nlohmann::json f = parity::load_fixture();
+  const nlohmann::json& run = f.at("runs").at(1);
+  int judged = 0;
+  cpu::CpuBackend be(0);
+  parity::run_fixture(be, run, [&](const std::string& what, const std::vector<float>& x,
+                                   const nlohmann::json& ref) {
+    INFO(what);
+    if (what == "resnet50 eval logits") {
+      ++judged;
+      CHECK(parity::judge(x, ref, what).passes());
+      const parity::Verdict zeros = parity::judge(std::vector<float>(x.size(), 0.0f), ref, what);
+      CHECK_FALSE(zeros.passes());
+      CHECK(zeros.worst() > 1.0);  // the L2 bound itself, which no kink allowance excuses
+    }
+    if (parity::is_loss(what) && what.find("step 1") == std::string::npos) {
+      ++judged;
+      CHECK(parity::judge(x, ref, what).passes());
+      const double r = ref.at("sum");
+      for (double off : {1.1, 0.9}) {
+        INFO("loss " << off << " x float64's " << r);
+        CHECK(parity::judge({static_cast<float>(r * off)}, ref, what).worst() > 1.0);
+      }
+    }
+  });
+  CHECK(judged == 3);  // eval logits, the losses of steps 2 and 3
+}
