@@ -30,6 +30,7 @@ TEST_CASE("trainer: evaluation over a partial last batch counts only its real ro
   c.train.epochs = 1;  // 4 steps, then the evaluation
   c.train.eval = true;
   c.data.test_samples = 20;  // batches of 8, 8 and 4
+  c.train.optimizer.lr = 0.005;
   xrun_test::RunWatch watch;
   const TrainResult r = train(c, watch);
   REQUIRE(watch.steps.size() == 4);
