@@ -1,6 +1,6 @@
 // tests/engine/train_test_util.h: what the whole-run tests of the engine
 // share (accumulation_test.cpp, resume_test.cpp, eval_test.cpp): a tiny CPU
-// run (resnet18 on 16x16 synthetic images), an observer that keeps the steps
+// run (resnet18 on 8x8 synthetic images), an observer that keeps the steps
 // and notices, and the tensors of a checkpoint as bytes by name.
 #pragma once
 
@@ -22,7 +22,7 @@ struct RunWatch final : xrun::RunObserver {
   void on_message(const std::string& m) override { messages.push_back(m); }
 };
 
-// resnet18 at 16x16 on `samples` synthetic images, batch `batch`, SGD with
+// resnet18 at 8x8 on `samples` synthetic images, batch `batch`, SGD with
 // momentum and weight decay at a constant rate, two threads, no evaluation,
 // one warmup step, augmentation on (the loader crops and flips on the CPU).
 inline xrun::RunConfig tiny_run(const std::string& checkpoint, int64_t steps, int batch = 8,
@@ -32,7 +32,7 @@ inline xrun::RunConfig tiny_run(const std::string& checkpoint, int64_t steps, in
   c.model.arch = "resnet18";
   c.model.num_classes = 10;
   c.data.source = "synthetic";
-  c.data.image_size = 16;
+  c.data.image_size = 8;
   c.data.samples = samples;
   c.data.test_samples = 20;
   c.data.mean = {0.5f, 0.5f, 0.5f};
