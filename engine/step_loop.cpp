@@ -1,6 +1,7 @@
 // engine/step_loop.cpp: see step_loop.h.
 #include "engine/step_loop.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -33,7 +34,11 @@ LoopResult run_steps(StepSource& source, const LoopPlan& plan, RunObserver& obs,
                      const std::function<bool()>& stop_requested) {
   LoopResult out;
   out.last_loss = out.test_loss = out.test_accuracy = NAN;
-  out.steps.reserve(static_cast<size_t>(std::max<int64_t>(0, plan.total_steps - plan.start_step)));
+  // Room for the steps, but never for all of a long run up front: train.steps
+  // may be up to 1e12, and 4e8 records alone would not fit in memory.
+  constexpr int64_t kReserveCap = 1 << 16;
+  out.steps.reserve(static_cast<size_t>(
+      std::clamp<int64_t>(plan.total_steps - plan.start_step, 0, kReserveCap)));
   int64_t step = plan.start_step;
   int epoch = static_cast<int>(step / plan.steps_per_epoch);
   int64_t in_epoch = step % plan.steps_per_epoch;

@@ -4,8 +4,10 @@
 // evaluation and checkpoints. train() at the bottom is the whole run.
 #include "engine/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -49,7 +51,7 @@ data::LoaderOptions loader_options(const RunConfig& cfg, int batch, bool trainin
 class Run final : public StepSource {
  public:
   Run(const RunConfig& c, RunObserver& obs, const TrainContext& ctx)
-      : cfg(c), obs_(obs), algo_cache_(ctx.algo_cache) {}
+      : cfg(c), obs_(obs), algo_cache_(ctx.algo_cache), config_hash_(ctx.config_hash) {}
 
   const RunConfig& cfg;
   std::unique_ptr<Backend> backend;
@@ -97,7 +99,9 @@ class Run final : public StepSource {
       total_steps = steps_per_epoch * epochs;
     } else {
       total_steps = cfg.train.steps;
-      epochs = static_cast<int>((total_steps + steps_per_epoch - 1) / steps_per_epoch);
+      // Saturated for the run's shape: 1e12 steps of one batch is no int.
+      epochs = static_cast<int>(std::min<int64_t>((total_steps + steps_per_epoch - 1) / steps_per_epoch,
+                                                  std::numeric_limits<int>::max()));
     }
     runner = std::make_unique<StepRunner>(
         cfg, StepParts{*backend, *model, *loss, *optimizer, *train_loader}, batch,
@@ -109,13 +113,21 @@ class Run final : public StepSource {
   int64_t initialise() {
     const std::string& ckpt = cfg.train.checkpoint;
     if (cfg.train.resume && !ckpt.empty() && std::filesystem::exists(ckpt)) {
+      check_checkpoint_owner(ckpt);
       CheckpointState st = load_checkpoint(ckpt, *model, *backend, *optimizer);
       runner->optimizer_steps = st.optimizer_steps;
       runner->scaler().restore(st.loss_scale, st.scaler_growth_tracker);
-      obs_.on_message("resumed from " + ckpt + " at step " + std::to_string(st.step));
       if (st.step > total_steps)
         throw TrainError(ckpt + " is at step " + std::to_string(st.step) +
                          ", beyond this run's " + std::to_string(total_steps) + " steps");
+      if (!measures_a_step(st.step))
+        throw TrainError(
+            "train.resume: " + ckpt + " is at step " + std::to_string(st.step) +
+            (st.step == total_steps ? ", the end of this run: nothing is left to train or measure"
+                                    : ", past this run's measured steps: nothing is left to measure") +
+            ", and a run without a measured step is never stored complete. Move the file away "
+            "(or set train.resume = false) to train the run again");
+      obs_.on_message("resumed from " + ckpt + " at step " + std::to_string(st.step));
       return st.step;
     }
     if (cfg.train.resume && !ckpt.empty())
@@ -127,6 +139,34 @@ class Run final : public StepSource {
       model->init_parameters(cfg.train.seed);
     }
     return 0;
+  }
+
+  // Whether steps [start, total_steps) hold a measured one (every figure of
+  // a run comes from its measured steps).
+  bool measures_a_step(int64_t start) const {
+    const int64_t first = std::max(start, cfg.measure.warmup_steps);
+    return first < total_steps &&
+           (cfg.measure.measure_steps == 0 ||
+            first < cfg.measure.warmup_steps + cfg.measure.measure_steps);
+  }
+
+  // A checkpoint resumes only the configuration that wrote it: a sweep whose
+  // runs share train.checkpoint would otherwise continue one run's training
+  // as another's. Not checked where the caller gave no hash; a checkpoint
+  // that names none (older xrun) is taken as before, with a notice.
+  void check_checkpoint_owner(const std::string& ckpt) {
+    if (config_hash_.empty()) return;
+    const std::string owner = checkpoint_config_hash(ckpt);
+    if (owner.empty()) {
+      obs_.on_message("train.resume: " + ckpt + " names no configuration (written by an older "
+                      "xrun); resuming from it");
+      return;
+    }
+    if (owner == config_hash_) return;
+    throw TrainError("train.resume: " + ckpt + " holds a run of another configuration (config " +
+                     owner.substr(0, 8) + "; this run is config " + config_hash_.substr(0, 8) +
+                     "), so it is neither resumed nor overwritten. Give each run its own "
+                     "train.checkpoint, or move the file away to train this run from scratch");
   }
 
   RunShape shape(int64_t start) const {
@@ -195,6 +235,7 @@ class Run final : public StepSource {
     st.loss_scale = runner->scaler().scale();
     st.scaler_growth_tracker = runner->scaler().growth_tracker();
     st.arch = cfg.model.arch;
+    st.config_hash = config_hash_;
     save_checkpoint(cfg.train.checkpoint, *model, *backend, *optimizer, st);
   }
 
@@ -294,6 +335,7 @@ class Run final : public StepSource {
 
   RunObserver& obs_;
   const std::map<std::string, ConvAlgoChoice>& algo_cache_;
+  std::string config_hash_;  // "" = none given
 };
 
 }  // namespace
@@ -302,6 +344,11 @@ TrainResult train(const RunConfig& cfg, RunObserver& observers, const TrainConte
   Run run(cfg, observers, ctx);
   run.set_up();
   const int64_t start = run.initialise();
+  if (!run.measures_a_step(start))
+    throw TrainError("no step of this run would be measured (measure.warmup_steps = " +
+                     std::to_string(cfg.measure.warmup_steps) + " of its " +
+                     std::to_string(run.total_steps) +
+                     " steps): a run without a measured step has no figures to store");
   Backend& backend = *run.backend;
   // The nsys capture range (a device backend's) first, so it opens before
   // and closes after every range the other observers open around the

@@ -25,6 +25,10 @@ struct TrainContext {
   std::map<std::string, ConvAlgoChoice> algo_cache;
   // Polled between steps (Ctrl-C, a store that can no longer keep steps).
   std::function<bool()> stop_requested;
+  // The run's configuration hash (the store's config_hash): kept in the
+  // checkpoint's metadata, and train.resume takes only a checkpoint of the
+  // same configuration. "" where the caller has none (then not checked).
+  std::string config_hash;
 };
 
 // Trains per `cfg`. Throws TrainError, TrainInterrupted, data::DataError, or

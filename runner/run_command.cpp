@@ -177,9 +177,10 @@ std::string check_output_paths(const Plan& plan, const std::vector<const RunSpec
       std::error_code ec;
       if (fs::is_directory(target, ec))
         return where + ": " + target + " is a directory; give a file name (run.safetensors)";
-      if (fs::exists(target, ec) && !is_xrun_checkpoint(target))
-        return where + ": " + target + " exists and is not an xrun checkpoint; refusing to " +
-               "overwrite it (move it away or choose another file)";
+      if (fs::exists(target, ec))
+        if (const std::string why = checkpoint_file_problem(target); !why.empty())
+          return where + ": " + target + " exists and " + why + "; refusing to " +
+                 "overwrite it (move it away or choose another file)";
     }
   }
   return "";
@@ -271,6 +272,7 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
                                       env0.get("compute_capability") + " | driver " +
                                       env0.get("driver") + " | cuDNN " + env0.get("cudnn");
   TrainContext context;
+  context.config_hash = spec.config_hash;  // a checkpoint resumes only its own configuration
   if (cfg.train.cudnn_benchmark == CudnnBenchmark::cached)
     context.algo_cache = db.conv_algo_cache(device_key);
   display.message("stored as " + uuid + " in " + db.path());

@@ -15,6 +15,7 @@ namespace xrun {
 namespace {
 
 const char* kStepKey = "xrun.step";
+const char* kConfigHashKey = "xrun.config_hash";
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -46,6 +47,27 @@ bool is_xrun_checkpoint(const std::string& path) {
   }
 }
 
+std::string checkpoint_file_problem(const std::string& path) {
+  try {
+    const SafetensorsFile f = SafetensorsFile::open(path);
+    return f.metadata().count(kStepKey) > 0 ? "" : "is not an xrun checkpoint";
+  } catch (const CheckpointError& e) {
+    // A cut-short file is named as such, with the sizes the reader found.
+    const std::string what = e.what();
+    const size_t at = what.find("truncated: ");
+    if (at != std::string::npos) return "is " + what.substr(at);
+    return "is not an xrun checkpoint";
+  } catch (const std::exception&) {
+    return "is not an xrun checkpoint";
+  }
+}
+
+std::string checkpoint_config_hash(const std::string& path) {
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  auto it = f.metadata().find(kConfigHashKey);
+  return it == f.metadata().end() ? "" : it->second;
+}
+
 std::string optimizer_state_path(const std::string& path) {
   const std::string ext = ".safetensors";
   if (path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0)
@@ -59,7 +81,7 @@ void save_checkpoint(const std::string& path, const ResNet& model, Backend& back
   if (!parent.empty()) std::filesystem::create_directories(parent);
   char scale[64];
   std::snprintf(scale, sizeof scale, "%.17g", state.loss_scale);
-  const std::map<std::string, std::string> meta = {
+  std::map<std::string, std::string> meta = {
       {"format", "pt"},
       {kStepKey, std::to_string(state.step)},
       {"xrun.optimizer_steps", std::to_string(state.optimizer_steps)},
@@ -67,6 +89,7 @@ void save_checkpoint(const std::string& path, const ResNet& model, Backend& back
       {"xrun.scaler_growth_tracker", std::to_string(state.scaler_growth_tracker)},
       {"xrun.arch", state.arch},
       {"xrun.version", XRUN_VERSION}};
+  if (!state.config_hash.empty()) meta[kConfigHashKey] = state.config_hash;
 
   // Weights: torchvision's state_dict.
   std::vector<std::vector<float>> values;
@@ -180,6 +203,7 @@ CheckpointState load_checkpoint(const std::string& path, ResNet& model, Backend&
     return it == optim.metadata().end() ? fallback : it->second;
   };
   st.arch = meta("xrun.arch", "");
+  st.config_hash = meta(kConfigHashKey, "");
   try {
     st.optimizer_steps = std::stoll(meta("xrun.optimizer_steps", std::to_string(st.step)));
     st.loss_scale = std::stod(meta("xrun.loss_scale", "1"));

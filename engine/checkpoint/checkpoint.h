@@ -21,7 +21,14 @@ struct CheckpointState {
   double loss_scale = 1;        // fp16: the dynamic loss scale and its growth count
   int64_t scaler_growth_tracker = 0;
   std::string arch;
+  // The configuration hash of the run that wrote it (metadata
+  // "xrun.config_hash"); "" where none was given (and in files of older xrun).
+  std::string config_hash;
 };
+
+// The configuration hash a checkpoint's weights file names, "" when none.
+// Throws CheckpointError when the file cannot be read.
+std::string checkpoint_config_hash(const std::string& path);
 
 // "run.safetensors" -> "run.optim.safetensors".
 std::string optimizer_state_path(const std::string& checkpoint_path);
@@ -30,6 +37,11 @@ std::string optimizer_state_path(const std::string& checkpoint_path);
 // companion): a valid safetensors file with xrun's metadata. False for a
 // missing, foreign or malformed file; never throws.
 bool is_xrun_checkpoint(const std::string& path);
+
+// Why `path` is not a checkpoint xrun can resume from or overwrite, as the
+// end of a sentence that starts with the path ("is truncated: expected 4096
+// bytes, found 1000 (...)", "is not an xrun checkpoint"); "" when it is one.
+std::string checkpoint_file_problem(const std::string& path);
 
 // Writes both files (each atomically; the step is recorded in both).
 void save_checkpoint(const std::string& path, const ResNet& model, Backend& backend,

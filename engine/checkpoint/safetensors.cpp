@@ -362,11 +362,13 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
 
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes, 8);
-  if (header_len > size - 8)
-    bad_file(path, "header length " + std::to_string(header_len) + " exceeds the " +
-                       std::to_string(size - 8) + " bytes after the length field");
   if (header_len > kMaxHeaderBytes)
     bad_file(path, "header length " + std::to_string(header_len) + " exceeds the 100 MB limit");
+  if (header_len > size - 8)
+    bad_file(path, "truncated: expected at least " + std::to_string(8 + header_len) +
+                       " bytes, found " + std::to_string(size) + " (the header length " +
+                       std::to_string(header_len) + " exceeds the " + std::to_string(size - 8) +
+                       " bytes after the length field)");
   std::string_view text(reinterpret_cast<const char*>(bytes) + 8, header_len);
   if (text.empty() || text.front() != '{')
     bad_file(path, "the header does not start with '{' (not a safetensors file?)");
@@ -391,6 +393,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   const size_t data_start = 8 + static_cast<size_t>(header_len);
   const size_t data_size = size - data_start;
 
+  uint64_t beyond_end = 0;  // the furthest end of a tensor past the data section
+  std::string beyond;       // that tensor's entry
   for (const std::string& key : sax.key_order) {
     const nlohmann::json& value = header.at(key);
     if (key == "__metadata__") {
@@ -425,10 +429,12 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     if (end < begin)
       bad_file(path, where + " has data_offsets [" + std::to_string(begin) + ", " +
                          std::to_string(end) + "] with end before begin");
-    if (static_cast<uint64_t>(end) > data_size)
-      bad_file(path, where + " has data_offsets [" + std::to_string(begin) + ", " +
-                         std::to_string(end) + "] beyond the " + std::to_string(data_size) +
-                         "-byte data section");
+    if (static_cast<uint64_t>(end) > data_size && static_cast<uint64_t>(end) > beyond_end) {
+      beyond_end = static_cast<uint64_t>(end);
+      beyond = where + " has data_offsets [" + std::to_string(begin) + ", " +
+               std::to_string(end) + "] beyond the " + std::to_string(data_size) +
+               "-byte data section";
+    }
     size_t expected = 0;
     try {
       expected = byte_size_or_throw(e.dtype, e.shape);
@@ -442,9 +448,14 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
                          std::to_string(end) + "] spanning " + std::to_string(e.bytes) +
                          " bytes, but " + e.dtype + " of its shape needs " +
                          std::to_string(expected));
-    e.data = bytes + data_start + e.offset;
     f.entries_.push_back(std::move(e));
   }
+  // A whole header whose tensors reach past the end: the file was cut short
+  // (a copy in progress, a full disk), which is what to say first.
+  if (beyond_end > 0)
+    bad_file(path, "truncated: expected " + std::to_string(data_start + beyond_end) +
+                       " bytes, found " + std::to_string(size) + " (" + beyond + ")");
+  for (Entry& e : f.entries_) e.data = bytes + data_start + e.offset;
 
   // File order; then the tensors must tile the data section exactly.
   std::stable_sort(f.entries_.begin(), f.entries_.end(), [](const Entry& a, const Entry& b) {

@@ -245,3 +245,51 @@ TEST_CASE("xrun trace: a CPU run's trace window as Chrome trace JSON", "[cli][tr
   CHECK_THAT(none.output, Contains("has no trace") && Contains("profile.cupti"));
   CHECK(f.xrun("trace 9 --db " + shell_quote(f.db())).status == 1);
 }
+
+// Issue 20: runs of a sweep that share train.checkpoint with train.resume.
+// Run #1 used to resume run #0's final checkpoint, train nothing and be
+// stored complete at 0.0 img/s; `--force` on a finished checkpoint did the
+// same. A checkpoint now names the configuration that wrote it: run #1 fails
+// saying whose it is, a resume with nothing left to measure fails saying so,
+// and no run is ever complete without a measured step. A checkpoint cut
+// short is reported as truncated, with the sizes.
+TEST_CASE("xrun run: a shared resumed checkpoint is refused, never stored complete at 0 img/s",
+          "[cli][train][resume]") {
+  CliFixture f;
+  const std::string file = f.write_experiment(
+      "shared.toml",
+      xrun_test::tiny_experiment(
+          "shared", "steps = 3\neval = false\ncheckpoint = \"shared.safetensors\"\nresume = true\n",
+          "[sweep]\ntrain.optimizer.lr = [1e-3, 2e-3]\n"));
+  auto r = f.xrun(run_args(f, file));
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(f.sql("SELECT status FROM runs WHERE sweep_index = 0") == "complete");
+  CHECK(f.sql("SELECT status FROM runs WHERE sweep_index = 1") == "failed");
+  CHECK_THAT(f.sql("SELECT error FROM runs WHERE sweep_index = 1"),
+             Contains("shared.safetensors") && Contains("another configuration"));
+  CHECK(f.sql("SELECT count(*) FROM runs WHERE status = 'complete' AND NOT throughput > 0") == "0");
+
+  // --force on run #0, whose checkpoint is finished: nothing left to train.
+  auto again = f.xrun(run_args(f, file) + " --only 0 --force");
+  INFO(again.output);
+  CHECK(again.status == 1);
+  CHECK(f.sql("SELECT status FROM runs WHERE sweep_index = 0 ORDER BY id DESC LIMIT 1") == "failed");
+  CHECK_THAT(f.sql("SELECT error FROM runs WHERE sweep_index = 0 ORDER BY id DESC LIMIT 1"),
+             Contains("nothing"));
+  CHECK(f.sql("SELECT count(*) FROM runs WHERE status = 'complete'") == "1");
+  CHECK(f.sql("SELECT count(*) FROM runs WHERE status = 'complete' AND NOT throughput > 0") == "0");
+
+  // The checkpoint cut short: named truncated, with the sizes, not "not an xrun checkpoint".
+  const std::string ckpt = f.dir.file("shared.safetensors");
+  const std::string whole = xrun_test::read_bytes(ckpt);
+  REQUIRE(whole.size() > 1000);
+  xrun_test::write_bytes(ckpt, whole.substr(0, whole.size() - 1000));
+  auto cut = f.xrun(run_args(f, file) + " --only 0 --force");
+  INFO(cut.output);
+  CHECK(cut.status != 0);
+  CHECK_THAT(cut.output, Contains("shared.safetensors") && Contains("truncated") &&
+                             Contains("expected " + std::to_string(whole.size()) + " bytes") &&
+                             Contains("found " + std::to_string(whole.size() - 1000)));
+  CHECK(cut.output.find("not an xrun checkpoint") == std::string::npos);
+}

@@ -200,6 +200,7 @@ TEST_CASE("checkpoint: model.weights starts training from a file", "[checkpoint]
   next.model.weights = first;
   next.train.optimizer.lr = 1e-30;  // one step that changes (almost) nothing
   next.train.optimizer.weight_decay = 0;
+  next.measure.warmup_steps = 0;  // the one step is measured (a run measures at least one)
   Watch ev;
   train(next, ev);
   REQUIRE_FALSE(ev.messages.empty());
@@ -272,4 +273,28 @@ TEST_CASE("trainer: the layer-by-layer update leaves the same bits as the separa
       CHECK(shorter.at(n) != a.at(n));
     }
   }
+}
+
+// What `xrun run` says of an existing train.checkpoint it will not touch: a
+// file cut short is "truncated" with the size its header promises and the
+// size found (it used to be "not an xrun checkpoint"); a foreign file is
+// not an xrun checkpoint; a whole one has no problem.
+TEST_CASE("checkpoint: a truncated checkpoint is named truncated, with the sizes", "[checkpoint]") {
+  xrun_test::ScratchDir dir;
+  const std::string path = dir.file("cut.safetensors");
+  std::vector<float> w(256, 0.5f);
+  write_safetensors(path, {{"w", "F32", {256}, w.data(), w.size() * 4}}, {{"xrun.step", "4"}});
+  CHECK(checkpoint_file_problem(path).empty());
+  const std::string whole = xrun_test::read_bytes(path);
+  xrun_test::write_bytes(path, whole.substr(0, whole.size() - 100));
+  CHECK_THAT(checkpoint_file_problem(path),
+             Contains("is truncated") &&
+                 Contains("expected " + std::to_string(whole.size()) + " bytes") &&
+                 Contains("found " + std::to_string(whole.size() - 100)));
+  xrun_test::write_bytes(path, whole.substr(0, 12));
+  CHECK_THAT(checkpoint_file_problem(path), Contains("is truncated") && Contains("found 12"));
+  xrun_test::write_bytes(path, "notes, not a checkpoint");
+  CHECK(checkpoint_file_problem(path) == "is not an xrun checkpoint");
+  write_safetensors(path, {{"w", "F32", {256}, w.data(), w.size() * 4}}, {});
+  CHECK(checkpoint_file_problem(path) == "is not an xrun checkpoint");
 }

@@ -951,3 +951,103 @@ TEST_CASE("cpu optimizer: gradient accumulation sums, zero_grad clears", "[ops][
     CHECK(read(m.be, m.params[i].second) == std::vector<float>(m.params[i].second->numel(), 0));
   CHECK_THROWS_AS(no_acc->accumulate_begin(), std::logic_error);
 }
+
+// A second accumulation after a step starts afresh: accumulate_begin copies
+// the gradient in, so nothing of the last step's sum is left (an `acc +=`
+// there piles stale gradients up from the second step on; the case above,
+// one accumulation from a zeroed region, cannot tell the two apart).
+TEST_CASE("cpu optimizer: each accumulation starts from the first micro-batch alone",
+          "[ops][optimizer]") {
+  ParamModel m(test_threads(true));
+  auto opt = m.be.optimizer(xrun::OptimizerSettings{}, true);
+  m.be.allocate();
+  Rng rng(32);
+  const size_t np = m.params.size();
+  for (int round = 0; round < 3; ++round) {
+    std::vector<ref::Vec> sum(np);
+    for (int micro = 0; micro < 2; ++micro) {
+      Values g = random_values(rng, m, -1, 1);
+      for (size_t i = 0; i < np; ++i) {
+        write(m.be, m.params[i].second, g[i]);
+        if (micro == 0) sum[i].assign(g[i].size(), 0.0);
+        for (size_t j = 0; j < g[i].size(); ++j) sum[i][j] += g[i][j];
+      }
+      micro == 0 ? opt->accumulate_begin() : opt->accumulate_add();
+    }
+    opt->accumulate_end();
+    for (size_t i = 0; i < np; ++i) {
+      INFO("round " << round << ", " << m.params[i].second->name);
+      check_close("optimizer.accumulate", "accumulated gradient", read(m.be, m.params[i].second),
+                  sum[i], Tol{2.4e-7, 2.4e-7});
+    }
+  }
+}
+
+// Batch norm where the mean dwarfs the spread: every channel near 100 with a
+// standard deviation of 0.01 (a variance of 1e-4, ten times eps). Summing x
+// and x^2 directly would cancel: x^2 ~ 1e4 holds only ~1e-3 of absolute
+// precision in fp32, ten times the variance itself. batchnorm.cpp sums
+// x - shift (a sample of the channel) instead, and keeps the mean as a float
+// pair so x - mean is exact; this case checks both against the float64
+// reference on the same float inputs, in every layout, for y, the running
+// statistics, dx, dgamma and dbeta. Tolerances: y, dgamma, dbeta are O(1) and
+// take the O(1) bounds above; dx is gamma / std ~ 100 times dy, so its
+// bound is kBnTol scaled by 100.
+TEST_CASE("cpu batch norm: mean 100, std 0.01, against float64", "[ops][batchnorm]") {
+  struct Shape {
+    int64_t n, c, h, w;
+  };
+  const std::vector<Shape> shapes = {{4, 5, 6, 6}, {2, 16, 5, 5}, {3, 24, 3, 3}, {8, 32, 1, 1}};
+  Rng rng(100);
+  for (const Shape& s : shapes) {
+    for (In layout : {In::plain, In::blocked, In::nhwc}) {
+      if (layout == In::plain && s.c > kMaxInputChannels) continue;
+      for (BnActivation act : {BnActivation::none, BnActivation::relu}) {
+        CpuBackend be(test_threads(&s == &shapes.front()));
+        Activation in = make_activation(be, s.n, s.c, s.h, s.w, layout);
+        auto bn = be.batch_norm("bn", in.x, in.dx, act, nullptr, nullptr);
+        be.allocate();
+        INFO("batch norm n" << s.n << " c" << s.c << " " << s.h << "x" << s.w << ", act "
+                            << act_name(act) << ", layout " << layout_of(in.x));
+        const int64_t hw = s.h * s.w;
+        // Channel means in [99.5, 100.5]; uniform noise of std 0.01.
+        const std::vector<float> offset = rng.floats(s.c, 99.5f, 100.5f);
+        std::vector<float> x(static_cast<size_t>(s.n * s.c * hw));
+        for (int64_t b = 0; b < s.n; ++b)
+          for (int64_t ch = 0; ch < s.c; ++ch)
+            for (int64_t p = 0; p < hw; ++p)
+              x[(b * s.c + ch) * hw + p] = offset[ch] + 0.01f * rng.uniform(-1.7320508f, 1.7320508f);
+        const auto gamma = rng.floats(s.c, 0.5f, 1.5f);
+        const auto beta = rng.floats(s.c, -0.5f, 0.5f);
+        const auto rm0 = rng.floats(s.c, -0.5f, 0.5f);
+        const auto rv0 = rng.floats(s.c, 0.5f, 2.0f);
+        const auto dy = rng.floats(in.x->numel(), -1, 1);
+        write(be, in.x, x);
+        write(be, bn->gamma, gamma);
+        write(be, bn->beta, beta);
+        write(be, bn->running_mean, rm0);
+        write(be, bn->running_var, rv0);
+        ref::Vec rm = to_double(rm0), rv = to_double(rv0);
+
+        bn->forward_train();
+        const ref::BnShape sh{s.n, s.c, hw};
+        const auto f = ref::batch_norm_train_forward(sh, to_double(x), to_double(gamma),
+                                                     to_double(beta), act);
+        ref::batch_norm_update_running(sh, f, rm, rv);
+        check_close("bn.large_mean", "y", read(be, bn->y), f.y, kBnTol);
+        check_close("bn.large_mean", "running_mean", read(be, bn->running_mean), rm, kRunningTol);
+        check_close("bn.large_mean", "running_var", read(be, bn->running_var), rv, kRunningTol);
+
+        write(be, bn->dy, dy);
+        bn->backward();
+        const auto g = ref::batch_norm_backward(sh, to_double(x), to_double(gamma), f,
+                                                to_double(dy), act);
+        check_close("bn.large_mean.dx", "dx", read(be, in.dx), g.dx,
+                    Tol{100 * kBnTol.atol, kBnTol.rtol});
+        check_close("bn.large_mean", "dgamma", read(be, bn->gamma_grad), g.dgamma,
+                    kBnParamGradTol);
+        check_close("bn.large_mean", "dbeta", read(be, bn->beta_grad), g.dbeta, kBnParamGradTol);
+      }
+    }
+  }
+}

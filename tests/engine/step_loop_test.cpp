@@ -164,3 +164,17 @@ TEST_CASE("capture window: on over the measured steps, off after them and at the
   }
   CHECK(switched == std::vector<bool>{true, false});
 }
+
+// train.steps may be up to 1e12: the loop keeps a record per step it takes,
+// never one per step planned up front (4e8 records alone were too many to
+// allocate, so such a run failed at once with std::bad_alloc). Here a run of
+// 1e12 steps, stopped after 3.
+TEST_CASE("step loop: 1e12 planned steps allocate nothing up front", "[step_loop]") {
+  FakeSteps src;
+  EventLog log;
+  int polls = 0;
+  const auto stop_after_3 = [&] { return ++polls > 3; };
+  CHECK_THROWS_AS(run_steps(src, loop_plan(1'000'000'000'000, 1'000'000'000'000), log, stop_after_3),
+                  TrainInterrupted);
+  CHECK(src.saves == std::vector<int64_t>{3});
+}

@@ -21,6 +21,22 @@
 //   L2 norm          |‖x‖ - ‖r‖| <= kFactor * ‖t32 - r‖ + kFloor * ‖r‖
 //   sum              |Σx - Σr| <= sqrt(n) * (kFactor * ‖t32 - r‖ + kFloor * ‖r‖)
 // (the last two follow from |‖a‖-‖b‖| <= ‖a-b‖ and |Σa| <= sqrt(n)‖a‖).
+// Where PyTorch fp32 is itself far off (resnet50's steps 2-3 and its eval
+// logits: 18-42% of the tensor's norm), that yardstick stops discriminating:
+// 4 x 42% accepts all-zero logits, and 4 x PyTorch's 0.12 accepts a loss
+// 22% off. So each bound is also capped by a ceiling relative to the
+// tensor's own scale, whatever PyTorch did:
+//   sampled element  at most kCeiling * rms(r),  L2 and sum  kCeiling * ‖r‖
+//   (the sum scaled by sqrt(n) as above), and for a loss kLossCeiling * |r|.
+// kCeiling = 0.5: no element may be off by half the tensor's typical size
+// (zero logits are off by all of it); the CPU engine's worst under it is the
+// resnet50 eval logits' L2 at 0.4 of the ceiling. kLossCeiling = 0.09: a
+// loss 10% off float64 fails. The CPU engine's resnet50 losses at steps 2
+// and 3 are 6.4% and 7.9% off here (AVX-512), 3.0% and 3.9% with oneDNN held
+// to AVX2, 5.0% and 5.6% to SSE4.1; PyTorch fp32's are 5.7% and 6.6%. That
+// is a thin margin, chosen as issue 20 asks: a fresh ResNet50 after one SGD
+// step is chaotic in fp32, and a check that rejects a 10% loss error there
+// cannot leave much room for rounding.
 // One exception: a ReLU whose input lies within rounding of zero may fall on
 // either side in fp32, which moves the gradient of the elements behind it by
 // a whole dy (a kink, not an error). Up to kKinks sampled elements per model
@@ -56,6 +72,8 @@ namespace xrun::testing::parity {
 constexpr double kFactor = 4.0;
 constexpr double kFloor = 1e-5;
 constexpr int kKinks = 2;
+constexpr double kCeiling = 0.5;
+constexpr double kLossCeiling = 0.09;
 
 // The fixed loss scale of the CUDA engine's fp16 parity runs
 // (tests/cuda/cuda_parity_test.cpp), which must never overflow: the CPU
@@ -216,46 +234,76 @@ inline double ratio(double error, double bound) {
   return bound > 0 ? error / bound : (error > 0 ? INFINITY : 0.0);
 }
 
+// One tensor judged by the rule, without asserting anything: its L2 and
+// sum errors with their bounds, and the sampled elements beyond theirs.
+struct Verdict {
+  double l2_error = 0, l2_bound = 0, sum_error = 0, sum_bound = 0;
+  std::vector<std::string> outliers;
+  double worst() const { return std::max(ratio(l2_error, l2_bound), ratio(sum_error, sum_bound)); }
+  bool passes() const { return worst() <= 1.0 && outliers.empty(); }
+};
+
+inline bool is_loss(const std::string& what) {
+  return what.size() >= 5 && what.compare(what.size() - 5, 5, " loss") == 0;
+}
+
+inline Verdict judge(const std::vector<float>& x, const nlohmann::json& ref,
+                     const std::string& what) {
+  Verdict v;
+  const double n = ref.at("n").get<double>();
+  const double l2 = ref.at("l2"), e_l2 = ref.at("err32_l2"), e_max = ref.at("err32_max");
+  const double rms = l2 / std::sqrt(n);
+  const double ceiling = is_loss(what) ? kLossCeiling : kCeiling;
+  // The yardstick, capped by the ceiling where the tensor has a scale.
+  auto capped = [&](double yardstick, double scale) {
+    return scale > 0 ? std::min(yardstick, ceiling * scale) : yardstick;
+  };
+  const Summary s = summarize(x);
+  v.l2_bound = capped(kFactor * e_l2 + kFloor * l2, l2);
+  v.l2_error = std::fabs(s.l2 - l2);
+  v.sum_bound = std::sqrt(n) * v.l2_bound;
+  v.sum_error = std::fabs(s.sum - ref.at("sum").get<double>());
+  const double element_bound = capped(kFactor * e_max + kFloor * rms, rms);
+  const auto idx = ref.at("index").get<std::vector<int64_t>>();
+  const auto val = ref.at("values").get<std::vector<double>>();
+  for (size_t i = 0; i < idx.size(); ++i) {
+    const double xi = x[static_cast<size_t>(idx[i])];
+    if (!(std::fabs(xi - val[i]) <= element_bound))
+      v.outliers.push_back(what + "[" + std::to_string(idx[i]) + "]: engine " +
+                           std::to_string(xi) + ", float64 " + std::to_string(val[i]) +
+                           ", bound " + std::to_string(element_bound) +
+                           " (torch fp32 off by up to " + std::to_string(e_max) + ")");
+  }
+  return v;
+}
+
 // Judges one tensor by the rule (CHECKs the L2 and sum bounds, collects the
 // sampled elements beyond theirs).
 inline void check_against(const std::vector<float>& x, const nlohmann::json& ref,
                           const std::string& what, Result& result) {
-  const double n = ref.at("n").get<double>();
-  REQUIRE(static_cast<double>(x.size()) == n);
-  const double l2 = ref.at("l2"), e_l2 = ref.at("err32_l2"), e_max = ref.at("err32_max");
-  const double rms = l2 / std::sqrt(n);
-  const Summary s = summarize(x);
-  const double l2_bound = kFactor * e_l2 + kFloor * l2;
-  const double l2_error = std::fabs(s.l2 - l2);
+  REQUIRE(static_cast<double>(x.size()) == ref.at("n").get<double>());
+  const Verdict v = judge(x, ref, what);
   {
-    INFO(what << " L2: engine " << s.l2 << ", float64 " << l2 << ", torch fp32 off by " << e_l2);
-    CHECK(l2_error <= l2_bound);
+    INFO(what << " L2: engine off by " << v.l2_error << ", bound " << v.l2_bound << " (float64 "
+              << ref.at("l2").get<double>() << ", torch fp32 off by "
+              << ref.at("err32_l2").get<double>() << ")");
+    CHECK(v.l2_error <= v.l2_bound);
   }
-  const double sum = ref.at("sum");
-  const double sum_bound = std::sqrt(n) * l2_bound;
-  const double sum_error = std::fabs(s.sum - sum);
   {
-    INFO(what << " sum: engine " << s.sum << ", float64 " << sum);
-    CHECK(sum_error <= sum_bound);
+    INFO(what << " sum: engine off by " << v.sum_error << ", bound " << v.sum_bound
+              << " (float64 " << ref.at("sum").get<double>() << ")");
+    CHECK(v.sum_error <= v.sum_bound);
   }
-  const double worst = std::max(ratio(l2_error, l2_bound), ratio(sum_error, sum_bound));
+  const double worst = v.worst();
   if (std::getenv("XRUN_TEST_ERRORS"))
     std::printf("parity %-60s L2 %.3g sum %.3g of bound\n", what.c_str(),
-                ratio(l2_error, l2_bound), ratio(sum_error, sum_bound));
+                ratio(v.l2_error, v.l2_bound), ratio(v.sum_error, v.sum_bound));
   ++result.tensors;
   if (!(worst <= result.worst_ratio)) {  // NaN too
     result.worst_ratio = worst;
     result.worst_what = what;
   }
-  const auto idx = ref.at("index").get<std::vector<int64_t>>();
-  const auto val = ref.at("values").get<std::vector<double>>();
-  for (size_t i = 0; i < idx.size(); ++i) {
-    const double xi = x[static_cast<size_t>(idx[i])];
-    if (!(std::fabs(xi - val[i]) <= kFactor * e_max + kFloor * rms))
-      result.outliers.push_back(what + "[" + std::to_string(idx[i]) + "]: engine " +
-                                std::to_string(xi) + ", float64 " + std::to_string(val[i]) +
-                                ", torch fp32 off by up to " + std::to_string(e_max));
-  }
+  result.outliers.insert(result.outliers.end(), v.outliers.begin(), v.outliers.end());
 }
 
 // One fixture run on `be`, judged by the rule; at most kKinks outliers.

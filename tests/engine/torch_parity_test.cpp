@@ -85,3 +85,38 @@ TEST_CASE("the fp16 error budget of the CUDA comparison rejects gradients off by
     CHECK(rejected > 0);
   }
 }
+
+// Negative controls for the rule itself (issue 20): on the resnet50 run,
+// where PyTorch fp32 is far from float64 after the first step, the bounds
+// used to accept all-zero eval logits and a loss off by 0.48 of 2.14. The
+// CPU engine's own results pass (the case above); all-zero eval logits, or
+// a step's loss 10% above or below float64's, must not. (Judged from the
+// fixture alone: no engine run needed.)
+TEST_CASE("the parity rule rejects zero eval logits and a loss 10% off, on resnet50",
+          "[parity]") {
+  const nlohmann::json f = parity::load_fixture();
+  const nlohmann::json& run = f.at("runs").at(1);
+  REQUIRE(run.at("arch") == "resnet50");
+  {
+    const nlohmann::json& ref = run.at("eval_logits");
+    const std::string what = "resnet50 eval logits";
+    const parity::Verdict zeros =
+        parity::judge(std::vector<float>(ref.at("n").get<size_t>(), 0.0f), ref, what);
+    INFO(what << ": L2 off by " << zeros.l2_error << ", bound " << zeros.l2_bound);
+    CHECK_FALSE(zeros.passes());
+    CHECK(zeros.worst() > 1.0);  // the L2 bound itself, which no kink allowance excuses
+  }
+  const nlohmann::json& steps = run.at("steps");
+  REQUIRE(steps.size() == 3);
+  for (size_t step = 1; step < steps.size(); ++step) {
+    const nlohmann::json& ref = steps[step].at("loss");
+    const std::string what = "resnet50 step " + std::to_string(step + 1) + " loss";
+    const double r = ref.at("sum");
+    for (double off : {1.1, 0.9}) {
+      const parity::Verdict v = parity::judge({static_cast<float>(r * off)}, ref, what);
+      INFO(what << " at " << off << " x float64's " << r << ": off by " << v.l2_error
+                << ", bound " << v.l2_bound);
+      CHECK(v.worst() > 1.0);
+    }
+  }
+}
