@@ -240,6 +240,12 @@ bool open_existing(const std::string& path, std::unique_ptr<store::Store>& db) {
     std::cerr << "xrun: " << path << " is a directory, not a result store file (pass --db FILE)\n";
     return false;
   }
+  // SQLite's open would block on a FIFO until a writer came.
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    std::cerr << "xrun: " << path << " is not a regular file (a FIFO, device or socket), not a "
+              << "result store file (pass --db FILE)\n";
+    return false;
+  }
   db = std::make_unique<store::Store>(path, store::Store::Access::read_only);
   return true;
 }

@@ -651,6 +651,12 @@ int run_command(const RunArgs& args) {
               << "/xrun.db)\n";
     return kUsage;
   }
+  if (std::error_code ec; std::filesystem::exists(db_path, ec) &&
+                          !std::filesystem::is_regular_file(db_path, ec)) {
+    std::cerr << "xrun: --db " << db_path
+              << " is not a regular file (a FIFO, device or socket); give a store file\n";
+    return kUsage;
+  }
   if (std::string problem = check_output_paths(plan, selected, db_path); !problem.empty()) {
     std::cerr << "xrun: " << problem << "\n";
     return kUsage;

@@ -573,3 +573,23 @@ TEST_CASE("hostile: an experiment file that is a FIFO is read once, also by run 
   CHECK(f.sql("SELECT count(*) FROM runs WHERE status = 'complete'") == "2");
   CHECK(f.sql("SELECT group_concat(file) FROM experiments") == f.dir.file("exp.fifo"));
 }
+
+TEST_CASE("hostile: a --db that is a FIFO is refused at once by every command that opens it",
+          "[cli][hostile]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("t.toml", quick("t"));
+  REQUIRE(::mkfifo(f.dir.file("s.fifo").c_str(), 0600) == 0);
+  const std::string xrun = shell_quote(xrun_test::xrun_binary());
+  // timeout: SQLite's blocking open of the FIFO would wait for ever (124).
+  for (const std::string cmd : {"runs", "show 1", "export --format csv", "report -o r.html",
+                                "compare --by label"}) {
+    auto r = in_dir(f, "timeout -k 5 20 " + xrun + " " + cmd + " --db s.fifo");
+    INFO(cmd << "\n" << r.output);
+    CHECK(r.status == 1);
+    CHECK_THAT(r.output, Contains("s.fifo is not a regular file"));
+  }
+  auto r = in_dir(f, "timeout -k 5 20 " + xrun + " run " + shell_quote(file) + " --db s.fifo");
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Contains("--db s.fifo is not a regular file"));
+}
