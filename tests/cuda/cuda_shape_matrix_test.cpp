@@ -9,10 +9,9 @@
 // matrix than the CPU's: the GPU check has a time limit.
 #include "cuda_test_util.h"
 
-#include <random>
-
 #include "core/resnet_shapes.h"
 #include "engine/model/resnet.h"
+#include "engine/shape_case.h"
 
 using namespace xrun;
 using namespace xrun::cudatest;
@@ -22,23 +21,10 @@ namespace {
 // One training forward and backward of `arch` at `size`, `batch` on `be`:
 // loss, logits and the gradients of conv1 and fc, by name.
 Outputs one_pass(Backend& be, const std::string& arch, int64_t size, int64_t batch) {
-  ModelSpec spec;
-  spec.arch = arch;
-  spec.num_classes = 10;
-  spec.batch = batch;
-  spec.image_size = size;
-  ResNet model(be, spec);
+  ResNet model(be, testing::shape_spec(arch, size, batch));
   auto loss = be.softmax_cross_entropy(model.logits(), model.dlogits());
   be.allocate();
-  model.init_parameters(7);
-  std::mt19937 g(static_cast<uint32_t>(size * 10 + batch));
-  std::normal_distribution<float> normal;
-  std::vector<float> x(static_cast<size_t>(model.input()->numel()));
-  for (float& v : x) v = normal(g);
-  be.write(model.input(), x);
-  std::vector<int32_t> labels(static_cast<size_t>(batch));
-  for (int64_t i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 10);
-  be.write_labels(labels);
+  testing::write_shape_batch(be, model, size, batch);
   model.forward(true);
   loss->forward_backward(static_cast<int>(batch), 1.0f);
   model.backward();
@@ -56,12 +42,7 @@ void check_shape(const std::string& arch, int64_t size, int64_t batch) {
   INFO(what);
   if (!resnet_training_shape_problem(batch, size).empty()) {
     auto g = gpu("fp32");
-    ModelSpec spec;
-    spec.arch = arch;
-    spec.num_classes = 10;
-    spec.batch = batch;
-    spec.image_size = size;
-    ResNet model(*g, spec);
+    ResNet model(*g, testing::shape_spec(arch, size, batch));
     g->allocate();
     CHECK_THROWS_WITH(model.forward(true), Catch::Contains("1 value per channel"));
     return;

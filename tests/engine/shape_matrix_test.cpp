@@ -14,13 +14,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "core/resnet_shapes.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/resnet.h"
+#include "shape_case.h"
 
 using namespace xrun;
 
@@ -37,27 +37,14 @@ std::vector<float> read(Backend& be, const Tensor* t) {
 void one_step(const std::string& arch, int64_t size, int64_t batch) {
   INFO(arch << " at " << size << "x" << size << ", batch " << batch);
   cpu::CpuBackend be(0);
-  ModelSpec spec;
-  spec.arch = arch;
-  spec.num_classes = 10;
-  spec.batch = batch;
-  spec.image_size = size;
-  ResNet model(be, spec);
+  ResNet model(be, testing::shape_spec(arch, size, batch));
   auto loss = be.softmax_cross_entropy(model.logits(), model.dlogits());
   OptimizerSettings os;
   os.name = "sgd";
   os.momentum = 0.9;
   auto opt = be.optimizer(os, false);
   be.allocate();
-  model.init_parameters(7);
-  std::mt19937 g(static_cast<uint32_t>(size * 10 + batch));
-  std::normal_distribution<float> normal;
-  std::vector<float> x(static_cast<size_t>(model.input()->numel()));
-  for (float& v : x) v = normal(g);
-  be.write(model.input(), x);
-  std::vector<int32_t> labels(static_cast<size_t>(batch));
-  for (int64_t i = 0; i < batch; ++i) labels[i] = static_cast<int32_t>(i % 10);
-  be.write_labels(labels);
+  testing::write_shape_batch(be, model, size, batch);
 
   const std::string problem = resnet_training_shape_problem(batch, size);
   if (!problem.empty()) {
