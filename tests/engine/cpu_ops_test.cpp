@@ -193,6 +193,8 @@ TEST_CASE("cpu conv: forward, backward-data, backward-weights match the referenc
       {.n = 3, .c = 5, .h = 1, .w = 4, .k = 7, .r = 3, .s = 3, .stride = 1, .pad = 1},
       // 9 output pixels: the direct convolution again
       {.n = 2, .c = 16, .h = 3, .w = 3, .k = 16, .r = 3, .s = 3, .stride = 1, .pad = 1},
+      // resnet18's layer3 3x3 at 64x64 (4x4 maps, 256 channels)
+      {.n = 4, .c = 256, .h = 4, .w = 4, .k = 256, .r = 3, .s = 3, .stride = 1, .pad = 1},
   };
   Rng rng(1234);
   for (const ConvShape& sh : shapes) {
@@ -210,24 +212,30 @@ TEST_CASE("cpu conv: forward, backward-data, backward-weights match the referenc
                     << ", input " << layout_of(in.x) << ", output " << layout_of(conv->y));
       REQUIRE(conv->y->dims == std::vector<int64_t>{sh.n, sh.k, sh.out_h(), sh.out_w()});
 
-      const auto x = rng.floats(in.x->numel(), -1, 1);
-      const auto w = rng.floats(conv->weight->numel(), -0.5f, 0.5f);
-      const auto dy = rng.floats(conv->y->numel(), -1, 1);
-      write(be, in.x, x);
-      write(be, conv->weight, w);
-      write(be, conv->dy, dy);
-      // The blocked weight layout round-trips exactly.
-      CHECK(read(be, conv->weight) == w);
+      // Two rounds, as two training steps: new inputs, weights and dy each
+      // time (a primitive or copy that keeps the first step's values fails
+      // the second).
+      for (int round = 1; round <= 2; ++round) {
+        INFO("round " << round);
+        const auto x = rng.floats(in.x->numel(), -1, 1);
+        const auto w = rng.floats(conv->weight->numel(), -0.5f, 0.5f);
+        const auto dy = rng.floats(conv->y->numel(), -1, 1);
+        write(be, in.x, x);
+        write(be, conv->weight, w);
+        write(be, conv->dy, dy);
+        // The blocked weight layout round-trips exactly.
+        CHECK(read(be, conv->weight) == w);
 
-      conv->forward();
-      check_close("conv.forward", "y", read(be, conv->y),
-                  ref::conv2d_forward(sh, to_double(x), to_double(w)), kConvTol);
-      conv->backward_data();
-      check_close("conv.backward_data", "dx", read(be, in.dx),
-                  ref::conv2d_backward_data(sh, to_double(dy), to_double(w)), kConvTol);
-      conv->backward_weights();
-      check_close("conv.backward_weights", "dw", read(be, conv->weight_grad),
-                  ref::conv2d_backward_weights(sh, to_double(x), to_double(dy)), kConvTol);
+        conv->forward();
+        check_close("conv.forward", "y", read(be, conv->y),
+                    ref::conv2d_forward(sh, to_double(x), to_double(w)), kConvTol);
+        conv->backward_data();
+        check_close("conv.backward_data", "dx", read(be, in.dx),
+                    ref::conv2d_backward_data(sh, to_double(dy), to_double(w)), kConvTol);
+        conv->backward_weights();
+        check_close("conv.backward_weights", "dw", read(be, conv->weight_grad),
+                    ref::conv2d_backward_weights(sh, to_double(x), to_double(dy)), kConvTol);
+      }
     }
   }
 }

@@ -4,6 +4,7 @@
 // deterministic_values / deterministic_input in that script).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -30,12 +31,17 @@ inline uint64_t name_seed(const std::string& name) {
   return h;
 }
 
-// Value i in [-1, 1): splitmix64 of (seed + i * golden), bit-exact with numpy.
-inline double hashed_uniform(uint64_t seed, uint64_t i) {
+// splitmix64 of (seed + i * golden), bit-exact with numpy's uint64 version.
+inline uint64_t splitmix64(uint64_t seed, uint64_t i) {
   uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
+  return z ^ (z >> 31);
+}
+
+// Value i in [-1, 1), from splitmix64.
+inline double hashed_uniform(uint64_t seed, uint64_t i) {
+  const uint64_t z = splitmix64(seed, i);
   return 2.0 * static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0) - 1.0;
 }
 
@@ -43,9 +49,11 @@ inline bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Values of one state_dict entry (see the Python twin).
+// Values of one state_dict entry (see the Python twin), times `scale` (in
+// double, before the rounding to float).
 inline std::vector<float> deterministic_values(const std::string& name,
-                                               const std::vector<int64_t>& shape) {
+                                               const std::vector<int64_t>& shape,
+                                               double scale = 1.0) {
   const int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
   std::vector<float> v(n);
   const uint64_t seed = name_seed(name);
@@ -69,9 +77,17 @@ inline std::vector<float> deterministic_values(const std::string& name,
       x = 1.0;
     else
       throw std::invalid_argument("no deterministic values for " + name);
-    v[i] = static_cast<float>(x);
+    v[i] = static_cast<float>(x * scale);
   }
   return v;
+}
+
+// Whether `name` is the weight of a residual branch's last BN
+// ("layerL.B.<residual_bn>.weight"), as residual_bn_scaled() in the script.
+inline bool residual_bn_scaled(const std::string& name, const std::string& residual_bn) {
+  const std::string suffix = "." + residual_bn + ".weight";
+  if (name.rfind("layer", 0) != 0 || !ends_with(name, suffix)) return false;
+  return std::count(name.begin(), name.end(), '.') == 3;
 }
 
 inline std::vector<float> deterministic_input(int64_t n, int64_t c, int64_t h, int64_t w) {

@@ -3,46 +3,62 @@
 // (tests/cuda/cuda_parity_test.cpp), so both engines are judged against
 // PyTorch float64 by the same rule with the same yardstick.
 //
-// Fixture: tests/engine/fixtures/torch_parity.json (make_torch_fixtures.py):
-// PyTorch 1.13 + torchvision on the same weights and batch, three training
-// steps (SGD with momentum and weight decay) of resnet18 and resnet50 at
-// 64x64, in float64 (the reference) and in fp32 (the yardstick), each tensor
-// stored as a summary (n, sum, L2 norm), sampled elements, and PyTorch fp32's
-// error against float64 (err32_l2 = ‖t32 - r‖, err32_max = max_i |t32_i - r_i|).
+// Fixture: tests/engine/fixtures/torch_parity.json + .f32
+// (make_torch_fixtures.py): PyTorch 1.13 + torchvision on the same weights
+// and batch, three training steps (SGD with momentum and weight decay) of
+// resnet18 and resnet50 at 64x64, in float64 (the reference) and in fp32
+// four ways (contiguous / channels_last, 2 / 1 threads: the yardstick).
+// Each tensor holds n, sum, L2 norm and the yardstick's largest error
+// against float64 (err32_l2 = ‖t32 - r‖, err32_max = max_i |t32_i - r_i|),
+// and the reference itself: in full up to 16,384
+// elements (the float64 values rounded to float32, in .f32 at "offset"),
+// as a sketch beyond (64 random +-1 projections P_b(r) = Σ_i s_bi r_i; for
+// any x, mean_b (P_b(x) - P_b(r))^2 estimates ‖x - r‖^2, so a sign flip or
+// a permutation, invisible to norms and sums, shows as ‖x - r‖ ≈ 2‖r‖ or
+// 1.4‖r‖).
 //
-// A freshly initialised ResNet50 is ill-conditioned (rounding noise grows by
-// orders of magnitude towards the first layers: PyTorch fp32 is 2% off
-// float64 in some early gradients, and 18% in the second step's logits), so
-// a fixed tolerance would be either blind or flaky. The rule instead: an
-// engine's fp32 result must be as close to float64 as PyTorch's fp32 result
-// is, within a factor kFactor, plus a floor of kFloor relative to the
-// tensor's scale:
-//   sampled element  |x - r| <= kFactor * max_i|t32_i - r_i| + kFloor * rms(r)
-//   L2 norm          |‖x‖ - ‖r‖| <= kFactor * ‖t32 - r‖ + kFloor * ‖r‖
-//   sum              |Σx - Σr| <= sqrt(n) * (kFactor * ‖t32 - r‖ + kFloor * ‖r‖)
-// (the last two follow from |‖a‖-‖b‖| <= ‖a-b‖ and |Σa| <= sqrt(n)‖a‖).
-// Where PyTorch fp32 is itself far off (resnet50's steps 2-3 and its eval
-// logits: 18-42% of the tensor's norm), that yardstick stops discriminating:
-// 4 x 42% accepts all-zero logits, and 4 x PyTorch's 0.12 accepts a loss
-// 22% off. So each bound is also capped by a ceiling relative to the
-// tensor's own scale, whatever PyTorch did:
-//   sampled element  at most kCeiling * rms(r),  L2 and sum  kCeiling * ‖r‖
-//   (the sum scaled by sqrt(n) as above), and for a loss kLossCeiling * |r|.
-// kCeiling = 0.5: no element may be off by half the tensor's typical size
-// (zero logits are off by all of it); the CPU engine's worst under it is the
-// resnet50 eval logits' L2 at 0.4 of the ceiling. kLossCeiling = 0.2: a
-// loss 21% off float64 fails (0.48 of 2.14, 22%, passed before). The CPU
-// engine's resnet50 losses at steps 2 and 3 are 6.4% and 7.9% off here
-// (AVX-512), 3.0% and 3.9% with oneDNN held to AVX2, 5.0% and 5.6% to
-// SSE4.1; PyTorch fp32's are 5.7% and 6.6%. A tighter ceiling (9% was
-// tried) leaves an engine as close as PyTorch's own fp32 almost no room on
-// another machine's kernels or on the GPU: a fresh ResNet50 after one SGD
-// step is chaotic in fp32, and what this fixture cannot judge more finely
-// needs a better-conditioned one, not a tighter bound.
-// One exception: a ReLU whose input lies within rounding of zero may fall on
-// either side in fp32, which moves the gradient of the elements behind it by
-// a whole dy (a kink, not an error). Up to kKinks sampled elements per model
-// may exceed their bound; the tensor-level L2 and sum bounds still hold.
+// The resnet50 run scales the weight of each bottleneck's last BN (bn3) by
+// 0.1, as zero-init-residual training does (to 0): with torchvision's
+// default of 1 a fresh ResNet50 is chaotic at this size (PyTorch fp32 was
+// 1.6% off float64 in every step-1 gradient and 18% in the step-2 logits,
+// so a bound scaled by it accepted all-zero logits); at 0.1 the same
+// errors are 1e-4 (median; 1e-3 at worst) and 2e-5. resnet18 keeps the
+// default.
+//
+// What is left are kinks: a ReLU input within rounding of zero falls on
+// either side in fp32 and moves the gradient behind it by a whole dy (not an
+// error: float64 decides it one way, any fp32 implementation may decide it
+// the other). In step 1 that moves single elements, and the worst of four
+// PyTorch runs holds its share. After an update the trajectory runs through
+// them: one flip in step 2 (oneDNN's AVX2 kernels flip one in resnet18's
+// layer3.1.bn1: its y and dy agree with the AVX-512 run to 1e-6, its bias
+// gradient differs by 1.6e-3) moves step 3's logits by 6e-4 of their norm,
+// 200x what the PyTorch runs showed, none of which hit one. So the yardstick
+// of every value after step 1 (steps 2-3 and the eval logits) also holds six
+// float64 runs with every op's output and gradient perturbed by a relative
+// 2^-20 (make_torch_fixtures.py, KINK_U), which hit kinks in most runs:
+// step 3's logits are judged at about 1e-2 of their norm, step 1 by the
+// real fp32 runs alone.
+//
+// The rule: an engine's fp32 result must be as close to float64 as
+// PyTorch's fp32 results are, within a factor kFactor, plus a floor of
+// kFloor relative to the tensor's scale:
+//   distance     ‖x - r‖ <= kFactor * ‖t32 - r‖ + kFloor * ‖r‖
+//                (exact where r is stored in full; where sketched, the
+//                estimate within kSketchSlack times that bound)
+//   element      |x_i - r_i| <= kFactor * max_i|t32_i - r_i| + kFloor * rms(r)
+//                + |r_i| 2^-24 (the float32 storage), every element of a
+//                tensor stored in full
+//   sum          |Σx - Σr| <= sqrt(n) * (the distance bound)
+// Each bound is also capped by a ceiling relative to the tensor's own
+// scale, whatever PyTorch did: an element at most kCeiling * rms(r), the
+// distance and the sum kCeiling * ‖r‖ (times sqrt(n)), a loss kLossCeiling
+// * |r|. (With the chaotic fixture the ceilings were what rejected zero
+// logits and a loss 21% off; now the yardstick rejects them by itself, and
+// the ceilings stay as the guard for a fixture that is not.)
+// One exception: a ReLU kink moves single elements by a whole dy; up to
+// kKinks elements per run may exceed their element bound (the distance and
+// sum bounds still hold).
 // Checked: losses and logits of every step, every parameter's gradient (step
 // 1) and updated value (after step 1), BN running statistics after every
 // step, eval-mode logits at the end. SGD rather than AdamW because its update
@@ -76,12 +92,21 @@ constexpr double kFloor = 1e-5;
 constexpr int kKinks = 2;
 constexpr double kCeiling = 0.5;
 constexpr double kLossCeiling = 0.2;
+// A sketched distance is an estimate: for an error spread over many elements
+// its square is about chi^2 with 64 degrees of freedom over 64 (the estimate
+// of the norm within 1.26x at the 99.9th percentile), for one concentrated in
+// a few elements closer (exact for one). A sketched tensor fails when the
+// estimate exceeds its bound by more than that: an error at the bound may
+// read up to 1.3x, a sign flip reads ~2‖r‖, a permutation ~1.4‖r‖.
+constexpr double kSketchSlack = 1.3;
 
 // The fixed loss scale of the CUDA engine's fp16 parity runs
 // (tests/cuda/cuda_parity_test.cpp), which must never overflow: the CPU
 // resnet50 test checks that the largest step-1 gradient, scaled by it,
-// stays kFp16Headroom times below fp16's largest value. 1024 left 1.35x
-// (conv1.weight's gradient reaches 47.35: 48,483 scaled); 256 leaves 5.4x.
+// stays kFp16Headroom times below fp16's largest value. (On the earlier,
+// chaotic resnet50 fixture 1024 left 1.35x: conv1.weight's gradient reached
+// 47.35; with its residual BN weights at 0.1 the largest is about 0.4, so
+// 256 leaves room, and gradients stay well above fp16's normal range.)
 constexpr float kFp16LossScale = 256.0f;
 constexpr double kFp16Max = 65504.0;
 constexpr double kFp16Headroom = 4.0;
@@ -96,6 +121,61 @@ inline nlohmann::json load_fixture() {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open fixture " + path);
   return nlohmann::json::parse(in);
+}
+
+// The reference values stored in full (torch_parity.f32, little-endian
+// float32), read once.
+inline const std::vector<float>& full_values() {
+  static const std::vector<float> values = [] {
+    const char* dir = std::getenv("XRUN_TEST_SOURCE_DIR");
+    const std::string path = std::string(dir && *dir ? dir : XRUN_SOURCE_DIR) +
+                             "/tests/engine/fixtures/torch_parity.f32";
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) throw std::runtime_error("cannot open fixture " + path);
+    const std::streamsize bytes = in.tellg();
+    if (bytes % 4 != 0) throw std::runtime_error(path + ": size is not a multiple of 4");
+    std::vector<float> v(static_cast<size_t>(bytes / 4));
+    in.seekg(0);
+    if (!in.read(reinterpret_cast<char*>(v.data()), bytes))
+      throw std::runtime_error("cannot read fixture " + path);
+    return v;
+  }();
+  return values;
+}
+
+// The reference of a fixture entry stored in full (empty if sketched).
+inline std::vector<float> reference_values(const nlohmann::json& ref) {
+  if (!ref.contains("offset")) return {};
+  const size_t offset = ref.at("offset"), n = ref.at("n");
+  const std::vector<float>& all = full_values();
+  if (offset + n > all.size()) throw std::runtime_error("fixture offset beyond torch_parity.f32");
+  return std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(offset),
+                            all.begin() + static_cast<std::ptrdiff_t>(offset + n));
+}
+
+// The 64 projections of x on the fixture's +-1 sign vectors: bit b of
+// splitmix64(seed + i * golden) is the sign of projection b at element i
+// (1: -1), as sketch_signs() in make_torch_fixtures.py.
+inline std::vector<double> sketch(const std::vector<float>& x) {
+  constexpr int kProjections = 64;
+  const uint64_t seed = name_seed("sketch");
+  std::vector<double> p(kProjections, 0.0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint64_t z = splitmix64(seed, static_cast<uint64_t>(i));
+    const double v = x[i];
+    for (int b = 0; b < kProjections; ++b) p[b] += ((z >> b) & 1) ? -v : v;
+  }
+  return p;
+}
+
+// ‖x - r‖ estimated from x and the fixture's sketch of r.
+inline double sketched_distance(const std::vector<float>& x, const nlohmann::json& ref) {
+  const auto want = ref.at("sketch").get<std::vector<double>>();
+  const std::vector<double> got = sketch(x);
+  if (got.size() != want.size()) throw std::runtime_error("fixture sketch of another size");
+  double sq = 0;
+  for (size_t b = 0; b < got.size(); ++b) sq += (got[b] - want[b]) * (got[b] - want[b]);
+  return std::sqrt(sq / static_cast<double>(got.size()));
 }
 
 inline std::vector<float> read_tensor(Backend& be, const Tensor* t) {
@@ -138,10 +218,14 @@ void run_fixture(Backend& be, const nlohmann::json& run, Visit&& visit, float lo
   be.allocate();
 
   std::map<std::string, const StateEntry*> by_name;
+  // The weight of each residual branch's last BN scaled (resnet50's run).
+  const std::string residual_bn = run.value("residual_bn", std::string());
+  const double residual_bn_weight = run.value("residual_bn_weight", 1.0);
   for (const StateEntry& e : model.state()) {
     by_name[e.name] = &e;
+    const bool scaled = !residual_bn.empty() && residual_bn_scaled(e.name, residual_bn);
     if (e.kind != StateEntry::Kind::counter)
-      be.write(e.tensor, deterministic_values(e.name, e.dims));
+      be.write(e.tensor, deterministic_values(e.name, e.dims, scaled ? residual_bn_weight : 1.0));
   }
   be.write(model.input(), deterministic_input(n, 3, size, size));
   be.write_labels(deterministic_labels(n));
@@ -236,10 +320,11 @@ inline double ratio(double error, double bound) {
   return bound > 0 ? error / bound : (error > 0 ? INFINITY : 0.0);
 }
 
-// One tensor judged by the rule, without asserting anything: its L2 and
-// sum errors with their bounds, and the sampled elements beyond theirs.
+// One tensor judged by the rule, without asserting anything: its distance
+// and sum errors with their bounds, and the elements beyond theirs.
 struct Verdict {
   double l2_error = 0, l2_bound = 0, sum_error = 0, sum_bound = 0;
+  bool sketched = false;  // l2_error is the sketch's estimate (bound includes kSketchSlack)
   std::vector<std::string> outliers;
   double worst() const { return std::max(ratio(l2_error, l2_bound), ratio(sum_error, sum_bound)); }
   bool passes() const { return worst() <= 1.0 && outliers.empty(); }
@@ -260,22 +345,30 @@ inline Verdict judge(const std::vector<float>& x, const nlohmann::json& ref,
   auto capped = [&](double yardstick, double scale) {
     return scale > 0 ? std::min(yardstick, ceiling * scale) : yardstick;
   };
-  const Summary s = summarize(x);
-  v.l2_bound = capped(kFactor * e_l2 + kFloor * l2, l2);
-  v.l2_error = std::fabs(s.l2 - l2);
-  v.sum_bound = std::sqrt(n) * v.l2_bound;
-  v.sum_error = std::fabs(s.sum - ref.at("sum").get<double>());
-  const double element_bound = capped(kFactor * e_max + kFloor * rms, rms);
-  const auto idx = ref.at("index").get<std::vector<int64_t>>();
-  const auto val = ref.at("values").get<std::vector<double>>();
-  for (size_t i = 0; i < idx.size(); ++i) {
-    const double xi = x[static_cast<size_t>(idx[i])];
-    if (!(std::fabs(xi - val[i]) <= element_bound))
-      v.outliers.push_back(what + "[" + std::to_string(idx[i]) + "]: engine " +
-                           std::to_string(xi) + ", float64 " + std::to_string(val[i]) +
-                           ", bound " + std::to_string(element_bound) +
-                           " (torch fp32 off by up to " + std::to_string(e_max) + ")");
+  const double distance_bound = capped(kFactor * e_l2 + kFloor * l2, l2);
+  v.sum_bound = std::sqrt(n) * distance_bound;
+  v.sum_error = std::fabs(summarize(x).sum - ref.at("sum").get<double>());
+  const std::vector<float> r = reference_values(ref);
+  if (r.empty()) {
+    v.sketched = true;
+    v.l2_error = sketched_distance(x, ref);
+    v.l2_bound = kSketchSlack * distance_bound;
+    return v;
   }
+  v.l2_bound = distance_bound;
+  const double element_bound = capped(kFactor * e_max + kFloor * rms, rms);
+  double sq = 0;
+  for (size_t i = 0; i < r.size() && i < x.size(); ++i) {
+    const double d = static_cast<double>(x[i]) - r[i];
+    sq += d * d;
+    const double bound = element_bound + std::ldexp(std::fabs(r[i]), -24);
+    if (!(std::fabs(d) <= bound))
+      v.outliers.push_back(what + "[" + std::to_string(i) + "]: engine " + std::to_string(x[i]) +
+                           ", float64 " + std::to_string(r[i]) + ", bound " +
+                           std::to_string(bound) + " (torch fp32 off by up to " +
+                           std::to_string(e_max) + ")");
+  }
+  v.l2_error = std::sqrt(sq);
   return v;
 }
 
@@ -286,7 +379,8 @@ inline void check_against(const std::vector<float>& x, const nlohmann::json& ref
   REQUIRE(static_cast<double>(x.size()) == ref.at("n").get<double>());
   const Verdict v = judge(x, ref, what);
   {
-    INFO(what << " L2: engine off by " << v.l2_error << ", bound " << v.l2_bound << " (float64 "
+    INFO(what << " distance to float64" << (v.sketched ? " (sketched)" : "") << ": engine "
+              << v.l2_error << ", bound " << v.l2_bound << " (float64 norm "
               << ref.at("l2").get<double>() << ", torch fp32 off by "
               << ref.at("err32_l2").get<double>() << ")");
     CHECK(v.l2_error <= v.l2_bound);
@@ -298,8 +392,9 @@ inline void check_against(const std::vector<float>& x, const nlohmann::json& ref
   }
   const double worst = v.worst();
   if (std::getenv("XRUN_TEST_ERRORS"))
-    std::printf("parity %-60s L2 %.3g sum %.3g of bound\n", what.c_str(),
-                ratio(v.l2_error, v.l2_bound), ratio(v.sum_error, v.sum_bound));
+    std::printf("parity %-60s distance %.3g%s sum %.3g of bound\n", what.c_str(),
+                ratio(v.l2_error, v.l2_bound), v.sketched ? " (sketched)" : "",
+                ratio(v.sum_error, v.sum_bound));
   ++result.tensors;
   if (!(worst <= result.worst_ratio)) {  // NaN too
     result.worst_ratio = worst;
@@ -318,7 +413,9 @@ Result run_parity(Backend& be, const nlohmann::json& run, Also&& also) {
                 check_against(x, ref, what, result);
                 also(what, x);
               });
-  for (const std::string& o : result.outliers) WARN("beyond the bound (a ReLU kink?): " << o);
+  for (size_t i = 0; i < result.outliers.size() && i < 10; ++i)
+    WARN("beyond the bound (a ReLU kink?): " << result.outliers[i]);
+  if (result.outliers.size() > 10) WARN("and " << result.outliers.size() - 10 << " more");
   CHECK(result.outliers.size() <= static_cast<size_t>(kKinks));
   return result;
 }
