@@ -270,10 +270,11 @@ void run_fixture(Backend& be, const nlohmann::json& run, Visit&& visit, float lo
 }
 
 // ---- The error budget of the reduced-precision CUDA comparisons ----------
-// (tests/cuda/cuda_parity_test.cpp explains it): a tensor on which PyTorch
-// fp32 was off by rel32 (relative L2) may be off by
-// (kFactor max(1, rel32 / u32) u_p + kFloor)^2 in NMSE at precision p; a
-// budget above kNmseCap cannot be judged.
+// (tests/cuda/cuda_parity_test.cpp explains it): a tensor that the fixture's
+// emulated runs at precision p put err_p off float64 (err_fp16_l2 for tf32
+// and fp16, err_bf16_l2 for bf16) may be off by
+// (kFactor max(err_p / ‖r‖, u_p) + kFloor)^2 in NMSE; a budget above
+// kNmseCap cannot be judged.
 constexpr double kNmseCap = 0.25;
 
 inline double unit_roundoff(const std::string& precision) {
@@ -282,16 +283,13 @@ inline double unit_roundoff(const std::string& precision) {
   return std::ldexp(1.0, -24);
 }
 
-inline double nmse_budget(double rel32, const std::string& precision) {
-  const double amplification = std::max(1.0, rel32 / unit_roundoff("fp32"));
-  const double rel = kFactor * amplification * unit_roundoff(precision) + kFloor;
-  return rel * rel;
-}
-
 // The budget of the fixture entry `ref` at `precision`.
 inline double nmse_budget(const nlohmann::json& ref, const std::string& precision) {
-  const double l2 = ref.at("l2"), e32 = ref.at("err32_l2");
-  return nmse_budget(l2 > 0 ? e32 / l2 : 0.0, precision);
+  const std::string key = precision == "bf16" ? "err_bf16_l2" : "err_fp16_l2";
+  const double l2 = ref.at("l2"), err = ref.at(key);
+  const double rel =
+      kFactor * std::max(l2 > 0 ? err / l2 : 0.0, unit_roundoff(precision)) + kFloor;
+  return rel * rel;
 }
 
 // NMSE = sum (got - want)^2 / sum want^2 (as ggml's test-backend-ops does).
