@@ -3,7 +3,7 @@
 // that ran and those that skipped (tests/skip.h): when every case that ran
 // skipped, it exits 77, which CTest reports as skipped, not passed.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include "skip.h"
 
@@ -13,8 +13,9 @@ int cases_run = 0;
 int cases_skipped = 0;
 bool current_skipped = false;
 
-struct SkipCounter : Catch::TestEventListenerBase {
-  using TestEventListenerBase::TestEventListenerBase;
+struct SkipCounter : XRUN_CATCH_LISTENER_BASE {
+  using Base = XRUN_CATCH_LISTENER_BASE;
+  using Base::Base;
   void testCaseStarting(const Catch::TestCaseInfo&) override { current_skipped = false; }
   void testCaseEnded(const Catch::TestCaseStats&) override {
     ++cases_run;

@@ -9,7 +9,7 @@
 // too: not everything it claims was run.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 namespace xrun_test {
 

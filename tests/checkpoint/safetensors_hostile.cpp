@@ -2,7 +2,7 @@
 // reader (found by fuzzing and review, issue #10): values nested millions
 // deep must be refused without running out of stack, and a header of very
 // many tensors must open in time linear in its size.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <chrono>
 

@@ -1,7 +1,7 @@
 // tests/checkpoint/safetensors_invalid.cpp: the reader rejects corrupted,
 // truncated and inconsistent files with a CheckpointError that names the file
 // and the problem.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <filesystem>
 

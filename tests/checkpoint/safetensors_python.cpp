@@ -3,7 +3,7 @@
 // subprocess: files we write load there with exact names, shapes, dtypes,
 // bytes, values and metadata; files it writes load here with exact values.
 // Needs `pip install safetensors numpy`; without them these tests FAIL.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <cstring>
 #include <numbers>

@@ -5,7 +5,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <cstring>
 #include <filesystem>

@@ -3,7 +3,7 @@
 // truncated, with the size its header promises and the size found, whether
 // the cut falls in the data or in the header itself. (It used to read as a
 // malformed file, which `xrun run` reported as "not an xrun checkpoint".)
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <vector>
 

@@ -1,10 +1,10 @@
 // tests/cli/cli_test.cpp: the xrun binary as a user runs it: exit codes,
 // `plan` output, errors before any work, and the store it leaves.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include "cli_util.h"
 
-using Catch::Matchers::Contains;
+using Catch::Contains;
 using xrun_test::CliFixture;
 using xrun_test::shell_quote;
 using xrun_test::source_path;

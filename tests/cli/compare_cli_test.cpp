@@ -2,7 +2,7 @@
 // output format parsed back (CSV rows, JSON, a Markdown table), exit codes
 // for bad arguments and for nothing to compare, and one end-to-end
 // comparison of real tiny CPU runs.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <nlohmann/json.hpp>
 
@@ -11,7 +11,7 @@
 #include "cli_util.h"
 #include "compare/compare_test_util.h"
 
-using Catch::Matchers::Contains;
+using Catch::Contains;
 using compare_test::add_run;
 using compare_test::expected_throughput;
 using compare_test::labelled;

@@ -6,13 +6,13 @@
 // its rows byte for byte and the file passes PRAGMA integrity_check.
 #include <sys/mount.h>
 
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 #include <set>
 
 #include "cli_util.h"
 #include "skip.h"
 
-using Catch::Matchers::Contains;
+using Catch::Contains;
 using xrun_test::CliFixture;
 using xrun_test::run_args;
 using xrun_test::read_bytes;

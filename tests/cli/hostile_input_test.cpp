@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -14,8 +14,8 @@
 
 #include "cli_util.h"
 
-using Catch::Matchers::Contains;
-using Catch::Matchers::StartsWith;
+using Catch::Contains;
+using Catch::StartsWith;
 using xrun_test::CliFixture;
 using xrun_test::run_args;
 using xrun_test::read_bytes;

@@ -3,7 +3,7 @@
 // exit codes and untouched outputs on errors; exports parsed back (CSV by a
 // small RFC 4180 reader, JSON by nlohmann) and compared value by value with
 // SQL on the same file; --where filtering; usage errors.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <sqlite3.h>
 
@@ -17,7 +17,7 @@
 #include "store/store.h"
 #include "store/store_test_util.h"
 
-using Catch::Matchers::Contains;
+using Catch::Contains;
 using nlohmann::json;
 using xrun_test::CliFixture;
 using xrun_test::read_bytes;

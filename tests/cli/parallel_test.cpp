@@ -6,7 +6,7 @@
 // its run stored as interrupted; --gpus hands each child its own
 // CUDA_VISIBLE_DEVICES; a failing run does not stop the others; a child
 // refuses an experiment file that changed after the parent planned it.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -21,7 +21,7 @@
 #include "runner/parallel_runs.h"
 
 using namespace xrun_test;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 using xrun::cli::plan_slots;
 using xrun::cli::SlotPlan;
 

@@ -4,7 +4,7 @@
 // line every train.log_every steps and at the last (step, warmup, the last
 // loss read, a positive rate), epoch lines with the evaluation, and the
 // engine's notices.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <cstdio>
 #include <string>
@@ -14,7 +14,7 @@
 #include "runner/progress.h"
 
 using namespace xrun;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

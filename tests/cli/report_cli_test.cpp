@@ -1,12 +1,12 @@
 // tests/cli/report_cli_test.cpp: `xrun report` as a user runs it: the page
 // written from a store, what it prints, and each bad input's message and
 // exit code, with the store left as it was.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include "cli_util.h"
 #include "report/report_test_util.h"
 
-using Catch::Matchers::Contains;
+using Catch::Contains;
 using xrun_test::CliFixture;
 using xrun_test::read_bytes;
 using xrun_test::shell_quote;

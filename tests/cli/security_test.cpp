@@ -6,7 +6,7 @@
 // no value with a control character reaches a Slurm batch script (each
 // refused by the option's name), and an experiment name is one folder name
 // (no '/' or '..') for every command.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <filesystem>
 #include <string>
@@ -17,7 +17,7 @@
 #include "cli_util.h"
 #include "skip.h"
 
-using Catch::Matchers::Contains;
+using Catch::Contains;
 using xrun_test::CliFixture;
 using xrun_test::run_args;
 using xrun_test::shell_quote;

@@ -14,7 +14,7 @@
 // script per submission; jobs facing an empty sacct State, a gigabyte log
 // and a FIFO for jobs.tsv; collect letting a completed retry win over a
 // dead try's running row, and skipping a corrupt task store by name.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -28,7 +28,7 @@
 #include "slurm_cluster.h"
 
 using namespace xrun_test;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 #include <chrono>
 #include <cmath>
 #include <sstream>
@@ -16,7 +16,7 @@
 
 #include "cli_util.h"
 
-using Catch::Matchers::Contains;
+using Catch::Contains;
 using xrun_test::CliFixture;
 using xrun_test::run_args;
 using xrun_test::shell_quote;

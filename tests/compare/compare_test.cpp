@@ -2,7 +2,7 @@
 // store API with chosen step times: the ratio against one computed here from
 // the same numbers, bootstrap intervals, grouping, pooling, unmatched runs,
 // comparing by device, errors and determinism.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -2,7 +2,7 @@
 // problem; loading it must raise one ExperimentError naming the file, the
 // line and column of the value (or key) at fault, the key, and what was
 // expected. Every file in the folder must be in the table.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <filesystem>
 #include <set>

@@ -1,6 +1,6 @@
 // tests/config/experiment_files_test.cpp: every ready file in experiments/
 // loads and plans, on a machine with a GPU and without one.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <filesystem>
 

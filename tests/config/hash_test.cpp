@@ -1,6 +1,6 @@
 // tests/config/hash_test.cpp: canonical serialisation and the two hashes:
 // stable across file layout and spelling; which fields change which hash.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include "helpers.h"
 #include "runner/config_schema.h"

@@ -1,6 +1,6 @@
 // tests/config/plan_docs_test.cpp: `plan` output (table and JSON) and the
 // key reference in docs/experiment-format.md matching the schema.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <fstream>
 #include <sstream>

@@ -1,6 +1,6 @@
 // tests/config/resolve_test.cpp: defaults resolution (per data source, per
 // optimizer, epochs/steps, device, label) and the mapping to RunConfig.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 

@@ -2,7 +2,7 @@
 // (the frozen experiment copies of `xrun submit` are named by it) against
 // the FIPS 180-4 examples and every padding case: a tail that fits in the
 // last block, one that needs a second block, and whole blocks.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <string>
 

@@ -1,6 +1,6 @@
 // tests/config/sweep_and_set_test.cpp: sweep expansion (grid order and
 // count, zip), axis order from the file, and --set on keys and on axes.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <set>
 

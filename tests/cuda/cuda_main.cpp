@@ -9,7 +9,7 @@
 // is printed after the session as one table (as ggml's test-backend-ops
 // does): op, precision, what, measure, error, threshold, verdict.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -76,7 +76,12 @@ int main(int argc, char* argv[]) {
   Catch::Session session;
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
   const Catch::ConfigData& c = session.configData();
-  const bool listing = c.listTests || c.listTestNamesOnly || c.listTags || c.listReporters ||
+#if XRUN_CATCH_MAJOR == 2
+  const bool listed_otherwise = c.listTestNamesOnly;  // v3: --list-tests --verbosity quiet
+#else
+  const bool listed_otherwise = c.listListeners;
+#endif
+  const bool listing = c.listTests || listed_otherwise || c.listTags || c.listReporters ||
                        c.showHelp || c.libIdentify;
   if (!listing) {
     const std::string why = skip_reason();

@@ -50,7 +50,7 @@
 // XRUN_TEST_ERRORS=1 prints every tensor's error and threshold (judged or
 // not), to calibrate on a real card; the table after the session has one
 // row per run and precision: its worst tensor against its threshold.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <cmath>

@@ -9,7 +9,7 @@
 // as skipped; so the cases here may assume a usable GPU.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <cmath>

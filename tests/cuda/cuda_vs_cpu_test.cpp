@@ -18,7 +18,7 @@
 // bf16 1e-4 (8-bit mantissas); 10x that for a chain of a few ops.
 // XRUN_TEST_ERRORS=1 prints every NMSE as it is measured, to calibrate on a
 // new card; the table after the session lists them all.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,7 +1,7 @@
 // tests/data/cifar10_test.cpp: CIFAR-10 binary files written here with known
 // pixels and labels and read back exactly (both splits, limit, resize), and
 // every file problem rejected with a message naming the file and the fault.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <filesystem>
 
@@ -11,7 +11,7 @@
 
 using namespace xrun::data;
 using namespace xrun::data::testing;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

@@ -3,7 +3,7 @@
 // size without the file holding a byte of it; sides that do not fit the
 // reader's int sizes must be refused as a DataError, not reach the resize
 // plan as negative numbers.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include "data_test_util.h"
 #include "engine/data/dataset.h"

@@ -2,7 +2,7 @@
 // not name) written here and read back exactly; wrong magic, count mismatch,
 // truncation and bad labels rejected; and the real Fashion-MNIST from the
 // Debian package dataset-fashion-mnist.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 #include <zlib.h>
 
 #include <array>
@@ -14,7 +14,7 @@
 
 using namespace xrun::data;
 using namespace xrun::data::testing;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

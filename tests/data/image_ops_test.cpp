@@ -1,7 +1,7 @@
 // tests/data/image_ops_test.cpp: bilinear resize against hand-computed values
 // (PyTorch F.interpolate, bilinear, align_corners=false), identity at equal
 // size, gray placement, and pad+crop / flip against plain reference loops.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <random>
 #include <vector>

@@ -3,7 +3,7 @@
 // order depends on (seed, epoch) only, output is identical for any worker
 // count with augmentation on, crop/flip match their draws, drop_last,
 // resume, errors from get(), and prompt shutdown mid-epoch.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <chrono>
@@ -17,7 +17,7 @@
 #include "engine/data/random.h"
 
 using namespace xrun::data;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

@@ -10,7 +10,7 @@
 //   - the orders are uniform: over a fixed set of seeds (deterministic), the
 //     count of each value at each position, and of each whole permutation of
 //     four, pass a chi-square test with a generous fixed bound.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -2,7 +2,7 @@
 // (seed, split, index) and across threads, labels are balanced, and
 // learnable=true is separable by a nearest-class-mean classifier on raw
 // pixels while learnable=false stays at chance.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <set>
 #include <thread>
@@ -12,7 +12,7 @@
 
 using namespace xrun::data;
 using namespace xrun::data::testing;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

@@ -2,7 +2,7 @@
 // formatting, precision rules and collect_environment. Written to hold on a
 // machine with no driver (the build machines) and on a GPU machine alike:
 // GPU-only assertions branch on query_cuda().gpus.empty().
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <fstream>
 #include <stdexcept>

@@ -1,6 +1,6 @@
 // tests/device/doctor_test.cpp: `xrun doctor`'s text and JSON reports and its
 // exit codes for --require; holds with and without a GPU.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <fstream>
 #include <sstream>

@@ -18,7 +18,7 @@
 // `accumulate` doubles every update (SGD's loss then climbs); accumulation
 // that adds into the last step's sum instead of starting afresh piles stale
 // gradients up from the second step. Both change the bits of every layer.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 // reader) with the values xrun holds; an interrupted run resumed from its
 // checkpoint ends bit-identical to an uninterrupted one; loading weights that
 // do not fit names every missing, unexpected and mis-shaped tensor.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 #include <map>
 #include <set>
 
@@ -15,7 +15,7 @@
 #include "torch_fixtures.h"
 
 using namespace xrun;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

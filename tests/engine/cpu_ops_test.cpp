@@ -35,7 +35,7 @@
 // these bounds, most below 0.07: the margin leaves room for other ISAs'
 // blocking and accumulation orders. Run with XRUN_TEST_ERRORS=1 to print the
 // worst error per family.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 // GPU to check: which cuDNN convolution candidates a run accepts and the
 // math type it executes them with (engine/cuda/conv_rules.h), and that every
 // kernel launch in engine/cuda/*.cu is followed by its launch check.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <filesystem>
 #include <fstream>

@@ -6,7 +6,7 @@
 // test images in order, and takes the loss and top-1 hits of the valid rows
 // from the logits here, in double. Inference-mode rows are independent of
 // one another, so each valid row's logits are the evaluation's own.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <cmath>

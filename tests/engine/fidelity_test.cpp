@@ -26,7 +26,7 @@
 // play no part, the hidden [.fidelity] cases in cpu_ops_test.cpp measure
 // batch norm and convolution against float64 (bench/README.md).
 // Both tables print; XRUN_TEST_ERRORS=1 prints every tensor.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <cmath>

@@ -5,7 +5,7 @@
 // a kernel keeps from one step to the next (a scratchpad or accumulator not
 // reset, a reorder cache gone stale) shows here. ISA-dependent (oneDNN picks
 // other kernels and blockings per ISA): CTest runs it under AVX2 too.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <map>
 #include <random>

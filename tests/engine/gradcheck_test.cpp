@@ -37,7 +37,7 @@
 // normalises N values per channel; with N = 2 those are always +-1, the loss is
 // piecewise constant in every earlier parameter and finite differences are
 // meaningless (measured: analytic 1e3..1e5 vs noise). N = 8 is used.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 // GradScaler's documented behaviour (init 65536, x0.5 and skip on inf/NaN,
 // x2 after 2000 clean steps in a row; disabled = scale 1, nothing skipped
 // unless gradients are not finite).
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include "engine/loss_scaler.h"
 

@@ -2,7 +2,7 @@
 // (engine/memory_plan.h): aligned placement per region, mirrors of the
 // parameter region, the plan as stored, the part that grows with the batch,
 // the refusal of a plan that does not fit, and binding after allocation.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include "engine/memory_plan.h"
 

@@ -4,7 +4,7 @@
 // reference that reports the worst element when it fails.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <cmath>

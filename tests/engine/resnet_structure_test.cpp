@@ -2,7 +2,7 @@
 // torchvision: every state_dict name, shape and order (fixture made by
 // torchvision 0.14, tests/engine/fixtures/torchvision_state_dicts.json) and
 // the parameter counts, for resnet18/34/50/101/152 with 10 and 1000 classes.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/resnet.h"

@@ -5,7 +5,7 @@
 // boundary and a different worker count in each part, are the same bytes.
 // With accumulation the loader must skip step_in_epoch x accumulate batches
 // on resume (it counts batches, the loop counts steps).
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/trainer.h"
@@ -13,7 +13,7 @@
 #include "train_test_util.h"
 
 using namespace xrun;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

@@ -1,7 +1,7 @@
 // tests/engine/schedule_and_stats_test.cpp: the learning-rate schedules
 // (warmup, constant, cosine, step) and the step statistics behind every
 // stored figure (throughput over measured steps only, quantiles, outliers).
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 #include <cmath>
 
 #include "engine/schedule.h"

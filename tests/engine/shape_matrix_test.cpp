@@ -11,7 +11,7 @@
 // maps), training must be refused by name instead of running on
 // zero-variance statistics. resnet50 at 224x224, batch 1, is the one large
 // case.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <cmath>
 #include <string>

@@ -3,7 +3,7 @@
 // loss is read and what a NaN does, evaluation and checkpoints at epoch
 // ends, Ctrl-C, resuming mid-epoch, the order observers see events in, and
 // the nsys capture window (engine/capture_window.h).
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <cmath>
 

@@ -70,7 +70,7 @@
 // judged by the rule above.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <cmath>

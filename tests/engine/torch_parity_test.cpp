@@ -5,7 +5,7 @@
 // the larger) with PyTorch fp32's own error as the yardstick.
 // The rule, the fixture and what is checked: tests/engine/torch_parity.h
 // (shared with the CUDA engine's test, tests/cuda/cuda_parity_test.cpp).
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <algorithm>
 #include <cmath>

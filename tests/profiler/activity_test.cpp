@@ -5,7 +5,7 @@
 // CUDA toolkit's CUPTI headers are built in) the decoding of
 // CUpti_ActivityKernel10, Memcpy6, Memset4, API and ExternalCorrelation
 // records built in memory.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,6 +1,6 @@
 // tests/profiler/findings_test.cpp: the troubleshooting checks fire on the
 // figures they read, and only then.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include "profiler/findings.h"
 

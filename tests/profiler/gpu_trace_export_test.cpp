@@ -6,7 +6,7 @@
 // arrow ("s" inside the launch on the host, "f" on the kernel), ranges nested
 // per track, counts equal to the stored events. Also the store keeps the
 // copies per direction and the CUPTI figures.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <map>
 #include <nlohmann/json.hpp>

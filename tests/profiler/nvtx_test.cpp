@@ -4,7 +4,7 @@
 // ranges it recorded are checked: the "xrun" domain, registered names, the
 // nesting run > epoch > step > phase > layer, step payloads in order, eval
 // inside its epoch, and named loader threads.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <fstream>
 #include <map>

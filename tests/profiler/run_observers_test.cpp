@@ -4,7 +4,7 @@
 // layer timers count, the trace window's steps, ranges closed on failure,
 // the findings, and CUPTI's GPU time per phase (over a stand-in for CUPTI)
 // landing in the run's phases whichever observer ends first.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <cmath>
 

@@ -4,7 +4,7 @@
 // warning, where Chromium is not installed (CI installs Debian's chromium).
 #include <zlib.h>
 
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 #include <cstdint>
 #include <set>
 #include <sstream>

@@ -5,7 +5,7 @@
 #include "runner/atomic_file.h"
 #include "runner/report/report.h"
 
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -230,10 +230,10 @@ TEST_CASE("an unknown --by key or baseline is an error naming it", "[report]") {
   store::Store db(path);
   ReportOptions bad_key;
   bad_key.by = "train.nonexistent";
-  CHECK_THROWS_WITH(gather_report(db, bad_key), Catch::Matchers::Contains("train.nonexistent"));
+  CHECK_THROWS_WITH(gather_report(db, bad_key), Catch::Contains("train.nonexistent"));
   ReportOptions bad_baseline;
   bad_baseline.baseline = "nobody";
-  CHECK_THROWS_WITH(gather_report(db, bad_baseline), Catch::Matchers::Contains("nobody"));
+  CHECK_THROWS_WITH(gather_report(db, bad_baseline), Catch::Contains("nobody"));
 }
 
 TEST_CASE("the report file is written whole or not at all", "[report]") {
@@ -247,7 +247,7 @@ TEST_CASE("the report file is written whole or not at all", "[report]") {
                                      std::filesystem::directory_iterator());
   CHECK(entries == 1);
   CHECK_THROWS_WITH(write_file_atomically(dir.file("missing/r.html"), "x"),
-                    Catch::Matchers::Contains("missing/r.html"));
+                    Catch::Contains("missing/r.html"));
 }
 
 TEST_CASE("a long run's loss curve is drawn from means of consecutive steps", "[report]") {

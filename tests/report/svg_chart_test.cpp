@@ -3,7 +3,7 @@
 // escaping, and each chart's marks, legend, balanced markup and empty text.
 #include "runner/report/svg_chart.h"
 
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 #include <cmath>
 #include <numeric>
 

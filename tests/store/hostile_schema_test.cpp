@@ -5,7 +5,7 @@
 // never finished and grew without bound) are refused as StoreError when
 // opened for reading or writing, or merged; objects another program adds are
 // accepted.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <filesystem>
 

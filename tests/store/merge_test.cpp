@@ -3,7 +3,7 @@
 // ids are assigned anew and experiments matched; merging twice adds nothing;
 // the convolution cache keeps the newer entry; older-version inputs are
 // migrated without their bytes changing; bad inputs leave the output as it was.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <stdlib.h>
 

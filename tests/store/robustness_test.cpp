@@ -5,7 +5,7 @@
 // plain words.
 #include <signal.h>
 
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 #include <cmath>
 #include <fstream>
 
@@ -16,7 +16,7 @@
 using namespace xrun;
 using namespace xrun::store;
 using namespace store_test;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

@@ -1,7 +1,7 @@
 // tests/store/runs_test.cpp: writing runs and reading them back: round trips
 // of every record type, NaN as NULL, list_runs filters, UUID prefixes,
 // find_complete, stale-run recovery, the run_summary view and plain SQL.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <sqlite3.h>
 

@@ -1,6 +1,6 @@
 // tests/store/schema_test.cpp: creating a store, migrating an older file,
 // and refusing files that are newer, not SQLite, or someone else's database.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <fstream>
 #include <iterator>

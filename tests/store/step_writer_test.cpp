@@ -1,7 +1,7 @@
 // tests/store/step_writer_test.cpp: the background step writer (every row
 // exactly once across batches, flush semantics, errors rethrown) and two
 // processes writing one store file at the same time.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

@@ -2,7 +2,7 @@
 // schema order, cells typed as SQLite stored them (NULL, integer, real,
 // text), rows in insertion order, only the asked-for key, and names that are
 // not columns refused rather than pasted into SQL.
-#include <catch2/catch.hpp>
+#include "catch2_compat.h"
 
 #include <cmath>
 
