@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# scripts/clean-room.sh: proves the README's two commands on a fresh Debian 12.
-# Builds a minimal Debian 12 root (debootstrap --variant=minbase bookworm, from
-# the mirror this machine's apt sources name), bind-mounts the host's CUDA
+# scripts/clean-room.sh: proves the README's two commands on a fresh Debian 12
+# and a fresh Debian 13. Builds a minimal root of each (debootstrap
+# --variant=minbase bookworm / trixie, from the mirror this machine's apt
+# sources name, with those sources pointed at the suite), bind-mounts the host's CUDA
 # toolkit read-only where there is one (CUDA comes from NVIDIA, not Debian),
 # copies a clean `git clone` of HEAD into it and runs the commands of the
 # README's first code block there, in order, as root, with a plain
 # environment. Prints one summary line per command; exits non-zero if any
-# failed. The minbase root is cached as a tarball outside the repository;
+# failed. Each minbase root is cached as a tarball outside the repository;
 # everything installed on top of it is thrown away after each run.
 #
 #   scripts/clean-room.sh              both README commands (quickstart, tests)
+#                                      in both suites, one after the other
+#   scripts/clean-room.sh --suite S    bookworm (Debian 12) or trixie (Debian 13)
 #   scripts/clean-room.sh --only test  only the command that runs the tests (CI)
 #   scripts/clean-room.sh --keep       keep the root afterwards (path printed)
 #   XRUN_CLEAN_ROOM_CACHE  where the minbase tarball lives
@@ -20,19 +23,29 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
 
-only="" keep=0
+only="" keep=0 suite=""
+args=("$@")
 while (($#)); do
   case "$1" in
     --only) only="${2:?--only needs quickstart or test}"; shift 2 ;;
+    --suite) suite="${2:?--suite needs bookworm or trixie}"; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "clean-room: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$only" in ""|quickstart|test) ;; *) echo "clean-room: --only takes quickstart or test, not '$only'" >&2; exit 2 ;; esac
+case "$suite" in ""|bookworm|trixie) ;; *) echo "clean-room: --suite takes bookworm or trixie, not '$suite'" >&2; exit 2 ;; esac
 [ "$(id -u)" -eq 0 ] || { echo "clean-room: must run as root (debootstrap, chroot, mounts)" >&2; exit 2; }
 
-say() { echo "clean-room: $*"; }
+# No suite named: each in turn, by running this script once per suite.
+if [ -z "$suite" ]; then
+  status=0
+  for s in bookworm trixie; do "$0" "${args[@]}" --suite "$s" || status=1; done
+  exit "$status"
+fi
+
+say() { echo "clean-room ($suite): $*"; }
 
 # The README's two commands: the lines of its first ```sh block, comments cut.
 mapfile -t commands < <(awk '/^```sh/{f=1;next} f&&/^```/{exit} f' README.md | sed 's/[[:space:]]*#.*$//' | sed '/^[[:space:]]*$/d')
@@ -50,13 +63,13 @@ if ! command -v debootstrap >/dev/null; then
 fi
 
 cache="${XRUN_CLEAN_ROOM_CACHE:-/var/cache/xrun-clean-room}"
-tarball="$cache/bookworm-minbase.tar"
+tarball="$cache/$suite-minbase.tar"
 mkdir -p "$cache"
 if [ ! -s "$tarball" ]; then
-  say "debootstrap --variant=minbase bookworm from $mirror (cached in $tarball afterwards)"
+  say "debootstrap --variant=minbase $suite from $mirror (cached in $tarball afterwards)"
   fresh=$(mktemp -d /var/tmp/xrun-minbase.XXXXXX)
-  debootstrap --variant=minbase bookworm "$fresh" "$mirror" >"$cache/debootstrap.log" 2>&1 \
-    || { echo "clean-room: debootstrap failed; see $cache/debootstrap.log" >&2; rm -rf "$fresh"; exit 1; }
+  debootstrap --variant=minbase "$suite" "$fresh" "$mirror" >"$cache/debootstrap-$suite.log" 2>&1 \
+    || { echo "clean-room: debootstrap failed; see $cache/debootstrap-$suite.log" >&2; rm -rf "$fresh"; exit 1; }
   rm -rf "$fresh"/var/cache/apt/archives/*.deb
   tar -C "$fresh" -cf "$tarball.part" . && mv "$tarball.part" "$tarball"
   rm -rf "$fresh"
@@ -88,6 +101,13 @@ rm -f "$root/etc/apt/sources.list"
 cp -a /etc/apt/sources.list.d/. "$root/etc/apt/sources.list.d/" 2>/dev/null || true
 [ -f /etc/apt/sources.list ] && cp /etc/apt/sources.list "$root/etc/apt/sources.list"
 find "$root/etc/apt/sources.list.d" -name '*disabled*' -delete
+# The host's sources name its own release; the root gets the same mirrors for
+# its suite (bookworm-updates -> trixie-updates, bookworm-security -> ...).
+host_suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+if [ -n "$host_suite" ] && [ "$host_suite" != "$suite" ]; then
+  find "$root/etc/apt" -maxdepth 2 \( -name '*.sources' -o -name '*.list' \) -type f \
+    -exec sed -i "s/\b$host_suite\b/$suite/g" {} +
+fi
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
 if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
   mkdir -p "$root/etc/ssl/certs" && cp -L /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
@@ -148,7 +168,7 @@ for cmd in "${commands[@]}"; do
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     /bin/bash -c "cd /work/xrun && $cmd" </dev/null || rc=$?
   end=$(date +%s)
-  summary+=("$(printf 'clean-room: %-26s exit %d, %.1f min' "$cmd" "$rc" "$(awk -v s=$((end - start)) 'BEGIN{print s/60}')")")
+  summary+=("$(printf 'clean-room (%s): %-26s exit %d, %.1f min' "$suite" "$cmd" "$rc" "$(awk -v s=$((end - start)) 'BEGIN{print s/60}')")")
   ((rc == 0)) || status=1
 done
 printf '%s\n' "${summary[@]}"

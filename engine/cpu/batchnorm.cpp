@@ -43,21 +43,21 @@ struct Geometry {
 };
 
 Geometry geometry_of(const memory::desc& md, const std::string& name) {
-  const dnnl_memory_desc_t& d = md.data;
-  const auto& bk = d.format_desc.blocking;
-  if (d.ndims != 4 || d.format_kind != dnnl_blocked || d.offset0 != 0)
+  const dnnl_compat::Layout d = dnnl_compat::layout_of(md);
+  const dnnl_compat::Layout& bk = d;
+  if (d.ndims != 4 || !d.blocked || d.offset0 != 0)
     throw std::logic_error(name + ": batch norm needs a dense 4-d activation");
   Geometry g;
   g.n = d.dims[0], g.c = d.dims[1], g.hw = d.dims[2] * d.dims[3];
-  if (bk.inner_nblks == 1 && bk.inner_idxs[0] == 1)
+  if (bk.inner_nblks() == 1 && bk.inner_idxs[0] == 1)
     g.lanes = bk.inner_blks[0];  // nChw16c, nChw8c
-  else if (bk.inner_nblks == 0 && bk.strides[1] == 1)
+  else if (bk.inner_nblks() == 0 && bk.strides[1] == 1)
     g.lanes = g.c % 16 == 0 ? 16 : g.c % 8 == 0 ? 8 : g.c;  // nhwc
-  else if (bk.inner_nblks == 0)
+  else if (bk.inner_nblks() == 0)
     g.lanes = 1;  // nchw
   else
     throw std::logic_error(name + ": batch norm on an unsupported blocked layout");
-  const bool nhwc = bk.inner_nblks == 0 && bk.strides[1] == 1;
+  const bool nhwc = bk.inner_nblks() == 0 && bk.strides[1] == 1;
   g.stride_p = nhwc ? g.c : g.lanes;
   const int64_t h = d.dims[2], w = d.dims[3];
   if ((w > 1 && bk.strides[3] != g.stride_p) || (h > 1 && bk.strides[2] != w * g.stride_p))

@@ -32,10 +32,8 @@ class CpuConv final : public ConvOp, public CpuOp {
     if (x->dims != std::vector<int64_t>{sh.n, sh.c, sh.h, sh.w})
       throw std::logic_error(name + ": input dims do not match the conv shape");
 
-    auto fwd_desc = convolution_forward::desc(prop_kind::forward_training,
-                                              algorithm::convolution_direct, x->md,
-                                              any_md(w_dims), any_md(y_dims), strides, pad, pad);
-    fwd_pd_ = convolution_forward::primitive_desc(fwd_desc, be.attr(), be.engine());
+    fwd_pd_ = dnnl_compat::conv_forward(be.engine(), be.attr(), prop_kind::forward_training,
+                                        x->md, any_md(w_dims), any_md(y_dims), strides, pad);
     fwd_ = convolution_forward(fwd_pd_);
     be.need_scratchpad(fwd_pd_.scratchpad_desc());
 
@@ -48,11 +46,9 @@ class CpuConv final : public ConvOp, public CpuOp {
     dy = be.declare(name + ".dy", y->dims, fwd_pd_.dst_desc(), TensorRole::activation_grad);
 
     // Backward weights: dW in the parameter layout.
-    auto bww_desc = convolution_backward_weights::desc(algorithm::convolution_direct,
-                                                       fwd_pd_.src_desc(), any_md(w_dims),
-                                                       fwd_pd_.dst_desc(), strides, pad, pad);
-    bww_pd_ = convolution_backward_weights::primitive_desc(bww_desc, be.attr(), be.engine(),
-                                                           fwd_pd_);
+    bww_pd_ = dnnl_compat::conv_backward_weights(be.engine(), be.attr(), fwd_pd_.src_desc(),
+                                                 any_md(w_dims), fwd_pd_.dst_desc(), strides, pad,
+                                                 fwd_pd_);
     if (is_reference(bww_pd_.impl_info_str())) use_nhwc_backward_weights(sh);
     bww_ = convolution_backward_weights(bww_pd_);
     be.need_scratchpad(bww_pd_.scratchpad_desc());
@@ -71,11 +67,8 @@ class CpuConv final : public ConvOp, public CpuOp {
     // Backward data, only when the input needs a gradient.
     if (dx) {
       if (!(dx->md == x->md)) throw std::logic_error(name + ": dx layout differs from x");
-      auto bwd_desc = convolution_backward_data::desc(algorithm::convolution_direct, x->md,
-                                                      any_md(w_dims), fwd_pd_.dst_desc(),
-                                                      strides, pad, pad);
-      bwd_pd_ = convolution_backward_data::primitive_desc(bwd_desc, be.attr(), be.engine(),
-                                                          fwd_pd_);
+      bwd_pd_ = dnnl_compat::conv_backward_data(be.engine(), be.attr(), x->md, any_md(w_dims),
+                                                fwd_pd_.dst_desc(), strides, pad, fwd_pd_);
       bwd_ = convolution_backward_data(bwd_pd_);
       be.need_scratchpad(bwd_pd_.scratchpad_desc());
       if (!(bwd_pd_.diff_dst_desc() == fwd_pd_.dst_desc()) || !(bwd_pd_.diff_src_desc() == x->md))
@@ -144,14 +137,10 @@ class CpuConv final : public ConvOp, public CpuOp {
     const memory::desc y_nhwc({sh.n, sh.k, sh.out_h(), sh.out_w()}, memory::data_type::f32,
                               memory::format_tag::nhwc);
     const memory::desc w_any = any_md({sh.k, sh.c, sh.r, sh.s});
-    auto hint = convolution_forward::primitive_desc(
-        convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
-                                  x_nhwc, w_any, y_nhwc, strides, pad, pad),
-        be_.attr(), be_.engine());
-    auto pd = convolution_backward_weights::primitive_desc(
-        convolution_backward_weights::desc(algorithm::convolution_direct, x_nhwc, w_any, y_nhwc,
-                                           strides, pad, pad),
-        be_.attr(), be_.engine(), hint);
+    auto hint = dnnl_compat::conv_forward(be_.engine(), be_.attr(), prop_kind::forward_training,
+                                          x_nhwc, w_any, y_nhwc, strides, pad);
+    auto pd = dnnl_compat::conv_backward_weights(be_.engine(), be_.attr(), x_nhwc, w_any, y_nhwc,
+                                                 strides, pad, hint);
     if (is_reference(pd.impl_info_str())) return;  // no better: keep the first
     bww_pd_ = pd;
   }
@@ -176,15 +165,14 @@ class CpuConv final : public ConvOp, public CpuOp {
 // Does `md` ([N, C, 1, 1]) hold its values as a row-major [N, C] matrix?
 // (nchw, nhwc, or nChw16c / nChw8c with C a multiple of the block.)
 bool is_flat_nc(const memory::desc& md) {
-  const dnnl_memory_desc_t& d = md.data;
-  if (d.ndims != 4 || d.dims[2] != 1 || d.dims[3] != 1 || d.offset0 != 0 ||
-      d.format_kind != dnnl_blocked || d.padded_dims[1] != d.dims[1])
+  const dnnl_compat::Layout d = dnnl_compat::layout_of(md);
+  if (d.ndims != 4 || d.dims[2] != 1 || d.dims[3] != 1 || d.offset0 != 0 || !d.blocked ||
+      d.padded_dims[1] != d.dims[1])
     return false;
-  const auto& bk = d.format_desc.blocking;
   const int64_t c = d.dims[1];
-  if (bk.strides[0] != c) return false;
-  if (bk.inner_nblks == 0) return bk.strides[1] == 1;
-  return bk.inner_nblks == 1 && bk.inner_idxs[0] == 1 && bk.strides[1] == bk.inner_blks[0];
+  if (d.strides[0] != c) return false;
+  if (d.inner_nblks() == 0) return d.strides[1] == 1;
+  return d.inner_nblks() == 1 && d.inner_idxs[0] == 1 && d.strides[1] == d.inner_blks[0];
 }
 
 // x's layout family for another channel count (the output of a GEMM conv):
@@ -192,10 +180,10 @@ bool is_flat_nc(const memory::desc& md) {
 // at a 1x1 map, but oneDNN 2.6 runs the global average pooling after layer4
 // on NCHW in its simple_nchw kernel, 8x slower than its NHWC JIT kernel.)
 memory::desc like_layout(const memory::desc& x, const memory::dims& dims) {
-  const auto& bk = x.data.format_desc.blocking;
+  const dnnl_compat::Layout bk = dnnl_compat::layout_of(x);
   using tag = memory::format_tag;
-  if (bk.inner_nblks == 1 && bk.inner_blks[0] == 16) return {dims, memory::data_type::f32, tag::nChw16c};
-  if (bk.inner_nblks == 1 && bk.inner_blks[0] == 8) return {dims, memory::data_type::f32, tag::nChw8c};
+  if (bk.inner_nblks() == 1 && bk.inner_blks[0] == 16) return {dims, memory::data_type::f32, tag::nChw16c};
+  if (bk.inner_nblks() == 1 && bk.inner_blks[0] == 8) return {dims, memory::data_type::f32, tag::nChw8c};
   return {dims, memory::data_type::f32, tag::nhwc};
 }
 

@@ -48,7 +48,7 @@ memory::desc any_md(const memory::dims& dims) {
 }
 
 bool is_plain(const memory::desc& md) {
-  return md == plain_md(md.dims(), md.data_type());
+  return md == plain_md(dnnl_compat::dims_of(md), dnnl_compat::data_type_of(md));
 }
 
 void Reorder::make(const dnnl::engine& eng, const memory::desc& from, const memory::desc& to,
@@ -240,7 +240,7 @@ int64_t CpuBackend::peak_memory_bytes() const {
 dnnl::reorder& CpuBackend::exchange_reorder(const memory::desc& md, bool to_canonical) {
   for (auto& [desc, dir, prim] : exchange_reorders_)
     if (dir == to_canonical && desc == md) return prim;
-  const memory::desc plain = plain_md(md.dims(), md.data_type());
+  const memory::desc plain = plain_md(dnnl_compat::dims_of(md), dnnl_compat::data_type_of(md));
   auto pd = to_canonical ? dnnl::reorder::primitive_desc(engine_, md, engine_, plain)
                          : dnnl::reorder::primitive_desc(engine_, plain, engine_, md);
   exchange_reorders_.emplace_back(md, to_canonical, dnnl::reorder(pd));
@@ -257,7 +257,7 @@ void CpuBackend::write(Tensor* t, std::span<const float> canonical) {
     std::memcpy(ct->data, canonical.data(), canonical.size_bytes());
     return;
   }
-  memory user(plain_md(ct->md.dims()), engine_, const_cast<float*>(canonical.data()));
+  memory user(plain_md(dnnl_compat::dims_of(ct->md)), engine_, const_cast<float*>(canonical.data()));
   exchange_reorder(ct->md, false).execute(stream_, user, ct->mem);
   stream_.wait();
 }
@@ -273,7 +273,7 @@ void CpuBackend::read(const Tensor* t, std::span<float> canonical) {
     std::memcpy(canonical.data(), ct->data, canonical.size_bytes());
     return;
   }
-  memory user(plain_md(ct->md.dims()), engine_, canonical.data());
+  memory user(plain_md(dnnl_compat::dims_of(ct->md)), engine_, canonical.data());
   exchange_reorder(ct->md, true).execute(stream_, const_cast<memory&>(ct->mem), user);
   stream_.wait();
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/cpu/dnnl_compat.h"
 #include "engine/memory_plan.h"
 
 // Elementwise loops (optimizer, residual sums, normalisation) are compiled

@@ -16,20 +16,19 @@ class CpuLinear final : public LinearOp, public CpuOp {
  public:
   CpuLinear(CpuBackend& be, const std::string& name, CpuTensor* x, CpuTensor* dx, int64_t out)
       : be_(be), x_(x), dx_(dx) {
-    const memory::dims x_dims = x->md.dims();  // [N, C] or [N, C, 1, 1]
+    const memory::dims x_dims = dnnl_compat::dims_of(x->md);  // [N, C] or [N, C, 1, 1]
     const int64_t n = x_dims[0], in = x_dims[1];
     memory::dims w_dims = x_dims;
     w_dims[0] = out;
     const memory::desc y_md = plain_md({n, out});
     const memory::desc b_md = plain_md({out});
 
-    auto fwd_desc = inner_product_forward::desc(prop_kind::forward_training, x->md,
-                                                any_md(w_dims), b_md, y_md);
-    fwd_pd_ = inner_product_forward::primitive_desc(fwd_desc, be.attr(), be.engine());
+    fwd_pd_ = dnnl_compat::inner_product_forward(be.engine(), be.attr(),
+                                                 prop_kind::forward_training, x->md,
+                                                 any_md(w_dims), b_md, y_md);
     fwd_ = inner_product_forward(fwd_pd_);
-    auto bww_desc = inner_product_backward_weights::desc(x->md, any_md(w_dims), b_md, y_md);
-    bww_pd_ = inner_product_backward_weights::primitive_desc(bww_desc, be.attr(), be.engine(),
-                                                             fwd_pd_);
+    bww_pd_ = dnnl_compat::inner_product_backward_weights(be.engine(), be.attr(), x->md,
+                                                          any_md(w_dims), b_md, y_md, fwd_pd_);
     bww_ = inner_product_backward_weights(bww_pd_);
     be.need_scratchpad(fwd_pd_.scratchpad_desc());
     be.need_scratchpad(bww_pd_.scratchpad_desc());
@@ -45,9 +44,8 @@ class CpuLinear final : public LinearOp, public CpuOp {
                            TensorRole::workspace);
 
     if (dx) {
-      auto bwd_desc = inner_product_backward_data::desc(x->md, any_md(w_dims), y_md);
-      bwd_pd_ = inner_product_backward_data::primitive_desc(bwd_desc, be.attr(), be.engine(),
-                                                            fwd_pd_);
+      bwd_pd_ = dnnl_compat::inner_product_backward_data(be.engine(), be.attr(), x->md,
+                                                         any_md(w_dims), y_md, fwd_pd_);
       bwd_ = inner_product_backward_data(bwd_pd_);
       be.need_scratchpad(bwd_pd_.scratchpad_desc());
       if (!(dx->md == x->md)) throw std::logic_error(name + ": dx layout differs from x");

@@ -27,16 +27,14 @@ class CpuPool final : public PoolOp, public CpuOp {
     const int64_t ow = global ? 1 : (w + 2 * pad - kernel) / stride + 1;
     const memory::dims y_dims = {n, c, oh, ow};
 
-    auto fwd_desc = pooling_forward::desc(prop_kind::forward_training, alg, x->md,
-                                          any_md(y_dims), st, k, p, p);
-    fwd_pd_ = pooling_forward::primitive_desc(fwd_desc, be.attr(), be.engine());
+    fwd_pd_ = dnnl_compat::pooling_forward(be.engine(), be.attr(), prop_kind::forward_training,
+                                           alg, x->md, any_md(y_dims), st, k, p);
     fwd_ = pooling_forward(fwd_pd_);
-    auto inf_desc = pooling_forward::desc(prop_kind::forward_inference, alg, x->md,
-                                          fwd_pd_.dst_desc(), st, k, p, p);
-    inf_pd_ = pooling_forward::primitive_desc(inf_desc, be.attr(), be.engine());
+    inf_pd_ = dnnl_compat::pooling_forward(be.engine(), be.attr(), prop_kind::forward_inference,
+                                           alg, x->md, fwd_pd_.dst_desc(), st, k, p);
     inf_ = pooling_forward(inf_pd_);
-    auto bwd_desc = pooling_backward::desc(alg, x->md, fwd_pd_.dst_desc(), st, k, p, p);
-    bwd_pd_ = pooling_backward::primitive_desc(bwd_desc, be.attr(), be.engine(), fwd_pd_);
+    bwd_pd_ = dnnl_compat::pooling_backward(be.engine(), be.attr(), alg, x->md,
+                                            fwd_pd_.dst_desc(), st, k, p, fwd_pd_);
     bwd_ = pooling_backward(bwd_pd_);
     for (const auto& sp : {fwd_pd_.scratchpad_desc(), inf_pd_.scratchpad_desc(),
                            bwd_pd_.scratchpad_desc()})

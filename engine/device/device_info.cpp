@@ -18,7 +18,7 @@
 #include <thread>
 #include <utility>
 
-#include <oneapi/dnnl/dnnl.h>
+#include "engine/cpu/dnnl_compat.h"
 
 #include "xrun_version.h"
 
@@ -30,25 +30,6 @@ std::string trim(const std::string& s) {
   if (b == std::string::npos) return "";
   size_t e = s.find_last_not_of(" \t\r\n");
   return s.substr(b, e - b + 1);
-}
-
-const char* isa_name(dnnl_cpu_isa_t isa) {
-  switch (isa) {
-    case dnnl_cpu_isa_all: return "all";
-    case dnnl_cpu_isa_sse41: return "sse41";
-    case dnnl_cpu_isa_avx: return "avx";
-    case dnnl_cpu_isa_avx2: return "avx2";
-    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-#if DNNL_VERSION_MAJOR < 3
-    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
-    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
-#endif
-    default: return nullptr;
-  }
 }
 
 }  // namespace
@@ -162,7 +143,7 @@ CpuInfo query_cpu() {
   cpu.onednn_version = std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
                        std::to_string(v->patch);
   dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-  const char* name = isa_name(isa);
+  const char* name = cpu::dnnl_compat::isa_name(isa);
   if (name != nullptr) {
     cpu.onednn_isa = name;
   } else {

@@ -127,7 +127,7 @@ Activation make_activation(CpuBackend& be, int64_t n, int64_t c, int64_t h, int6
 std::string layout_of(const Tensor* t) {
   const dnnl::memory::desc& md = xrun::cpu::as_cpu(t)->md;
   if (xrun::cpu::is_plain(md)) return "plain";
-  const dnnl::memory::desc nhwc(md.dims(), dnnl::memory::data_type::f32,
+  const dnnl::memory::desc nhwc(xrun::cpu::dnnl_compat::dims_of(md), dnnl::memory::data_type::f32,
                                 dnnl::memory::format_tag::nhwc);
   return md == nhwc ? "nhwc" : "blocked";
 }
