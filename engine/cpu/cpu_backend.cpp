@@ -86,6 +86,10 @@ Environment CpuBackend::environment() const {
 dnnl::primitive_attr CpuBackend::attr() {
   dnnl::primitive_attr a;
   a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  // fp32 means fp32: oneDNN's default math mode (ONEDNN_DEFAULT_FPMATH_MODE,
+  // dnnl_set_default_fpmath_mode) could otherwise let convolutions and inner
+  // products compute in bf16 on CPUs that have it, changing what a run means.
+  a.set_fpmath_mode(dnnl::fpmath_mode::strict);
   return a;
 }
 
