@@ -196,6 +196,17 @@ std::string os_description() {
   return std::string(u.sysname) + " " + u.release + " " + u.machine;
 }
 
+std::string compiler_description() {
+#if defined(__clang__)
+  return "Clang " __clang_version__;
+#elif defined(__GNUC__)
+  return "GCC " + std::to_string(__GNUC__) + "." + std::to_string(__GNUC_MINOR__) + "." +
+         std::to_string(__GNUC_PATCHLEVEL__);
+#else
+  return "unknown";
+#endif
+}
+
 std::string distro() {
   std::ifstream in("/etc/os-release");
   std::string line;
@@ -240,6 +251,7 @@ Environment collect_environment(const std::string& device) {
   f["git_commit"] = XRUN_GIT_COMMIT;
   f["os"] = os_description();
   f["distro"] = distro();
+  f["compiler"] = compiler_description();
 
   if (cuda_index < 0) {
     f["device_name"] = cpu.model;

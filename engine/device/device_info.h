@@ -87,6 +87,8 @@ std::string hostname();
 std::string os_description();
 // /etc/os-release PRETTY_NAME, "" when absent.
 std::string distro();
+// The compiler this build of xrun came from: "GCC 14.2.0", "Clang 14.0.6".
+std::string compiler_description();
 
 // 13000 -> "13.0", 12040 -> "12.4" (cudaRuntimeGetVersion / cudaDriverGetVersion form).
 std::string format_cuda_version(int version);

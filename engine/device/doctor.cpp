@@ -79,7 +79,9 @@ nlohmann::json to_json(const CudaInfo& cuda, const CpuInfo& cpu) {
                 {"loaded_version", loaded_s}, {"library", file}};
   };
   json j;
-  j["xrun"] = {{"version", XRUN_VERSION}, {"git_commit", XRUN_GIT_COMMIT}};
+  j["xrun"] = {{"version", XRUN_VERSION},
+               {"git_commit", XRUN_GIT_COMMIT},
+               {"compiler", compiler_description()}};
   j["host"] = hostname();
   j["os"] = os_description();
   j["distro"] = distro();
@@ -113,7 +115,8 @@ nlohmann::json to_json(const CudaInfo& cuda, const CpuInfo& cpu) {
 
 void print_text(std::ostream& out, const CudaInfo& cuda, const CpuInfo& cpu,
                 const std::string& unusable) {
-  out << "xrun " << XRUN_VERSION << " (commit " << XRUN_GIT_COMMIT << ")\n";
+  out << "xrun " << XRUN_VERSION << " (commit " << XRUN_GIT_COMMIT << ", "
+      << compiler_description() << ")\n";
   out << "Host:           " << hostname() << ", " << os_description();
   if (std::string d = distro(); !d.empty()) out << ", " << d;
   out << "\n\n";

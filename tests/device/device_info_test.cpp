@@ -163,6 +163,14 @@ TEST_CASE("query_cpu matches /proc/cpuinfo and the thread count", "[device]") {
 TEST_CASE("host and OS", "[device]") {
   CHECK_FALSE(hostname().empty());
   CHECK_THAT(os_description(), Catch::StartsWith("Linux "));
+#if defined(__clang__)
+  CHECK_THAT(compiler_description(),
+             Catch::StartsWith("Clang " + std::to_string(__clang_major__) + "."));
+#else
+  CHECK(compiler_description() == "GCC " + std::to_string(__GNUC__) + "." +
+                                      std::to_string(__GNUC_MINOR__) + "." +
+                                      std::to_string(__GNUC_PATCHLEVEL__));
+#endif
 }
 
 TEST_CASE("collect_environment for the CPU", "[device]") {
@@ -178,6 +186,7 @@ TEST_CASE("collect_environment for the CPU", "[device]") {
   CHECK(env.get("cpu_cores") == std::to_string(std::thread::hardware_concurrency()));
   CHECK(env.get("onednn") == query_cpu().onednn_version);
   CHECK(env.get("host") == hostname());
+  CHECK(env.get("compiler") == compiler_description());
   CHECK(env.fields.count("device_uuid") == 0);
 }
 
