@@ -15,8 +15,8 @@
 #   scripts/clean-room.sh --suite S    bookworm (Debian 12) or trixie (Debian 13)
 #   scripts/clean-room.sh --only test  only the command that runs the tests (CI)
 #   scripts/clean-room.sh --keep       keep the root afterwards (path printed)
-#   XRUN_CLEAN_ROOM_CACHE  where the minbase tarball lives
-#                          (default /var/cache/xrun-clean-room)
+#   XRUN_CLEAN_ROOM_CACHE  where the minbase tarballs and the downloaded .deb
+#                          files live (default /var/cache/xrun-clean-room)
 #   XRUN_CLEAN_ROOM_DIR    where the root is unpacked (default: a new folder
 #                          under /var/tmp)
 set -euo pipefail
@@ -141,6 +141,13 @@ fi
 bind /dev /dev
 mount -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts" 2>/dev/null && mounts+=("$root/dev/pts") || true
 mount -t tmpfs tmpfs "$root/dev/shm"; mounts+=("$root/dev/shm")
+
+# Downloaded .deb files, kept per suite between runs (as a local mirror or
+# apt proxy would keep them): apt still fetches a fresh index, checks every
+# package against it and installs each one into the empty root; only the
+# download of a file it has fetched before is saved.
+mkdir -p "$cache/apt-archives-$suite/partial"
+bind "$cache/apt-archives-$suite" /var/cache/apt/archives
 
 # The CUDA toolkit, read-only, at the same path, with its /usr/local/cuda link.
 if [ -e /usr/local/cuda ]; then

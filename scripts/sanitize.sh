@@ -4,8 +4,8 @@
 # targets too) and runs the whole ctest suite under them; any sanitizer
 # report (a memory error, undefined behaviour, a leak) fails its test.
 # Installs what is missing first (scripts/setup.sh --packages, then clang-14,
-# its sanitizer runtimes and libomp). Idempotent: a second run rebuilds only
-# what changed. Extra arguments go to ctest (e.g. -L store, -R merge).
+# its sanitizer runtimes, libomp and ccache). Idempotent: a second run rebuilds
+# only what changed. Extra arguments go to ctest (e.g. -L store, -R merge).
 #   scripts/sanitize.sh --build-only [TARGET...]   install, configure and
 #   build (only TARGETs when given, e.g. fuzz_all); no tests. scripts/fuzz.sh
 #   uses it.
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 # What the build needs, plus clang 14, its ASan/UBSan/libFuzzer runtimes and
 # LLVM's OpenMP (what clang's -fopenmp links; oneDNN's libgomp calls resolve
 # to it).
-./scripts/setup.sh --packages clang-14 libclang-rt-14-dev libomp-14-dev
+./scripts/setup.sh --packages clang-14 libclang-rt-14-dev libomp-14-dev ccache
 
 build=build-asan  # the preset's binaryDir
 # The preset names clang/clang++; Debian's clang-14 alone installs only the
@@ -26,8 +26,20 @@ if [ ! -f "$build/CMakeCache.txt" ] && ! command -v clang++ >/dev/null; then
   compilers=(-DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14)
 fi
 
+# Compiled objects are cached by ccache (in ~/.cache/ccache, keyed on the
+# compiler, its flags and the preprocessed source), so a machine that builds
+# one submission after another (CI) compiles only what changed, whichever
+# folder the clone is in (paths taken relative to it). XRUN_CCACHE=0: none.
+launcher=()
+if [ "${XRUN_CCACHE:-1}" != 0 ]; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+else
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER= -DCMAKE_CXX_COMPILER_LAUNCHER=)
+fi
+
 t0=$(date +%s)
-cmake --preset asan "${compilers[@]}" >/dev/null
+cmake --preset asan "${compilers[@]}" "${launcher[@]}" >/dev/null
 if [ "${1:-}" = "--build-only" ]; then
   shift
   targets=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/setup.sh: installs what xrun needs on Debian 12 (only what is
+# scripts/setup.sh: installs what xrun needs on Debian 12 or 13 (only what is
 # missing), then configures and builds it in ./build. Idempotent; run as root
 # or with sudo available. Used by scripts/quickstart.sh, scripts/test.sh and CI.
 #   XRUN_BUILD_DIR   build directory (default: build)
