@@ -42,6 +42,7 @@
 #include <cstdio>
 #include <tuple>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -51,6 +52,7 @@
 #include "op_test_util.h"
 #include "reference_ops.h"
 #include "skip.h"
+#include "torch_fixtures.h"
 
 namespace {
 
@@ -552,51 +554,102 @@ TEST_CASE("cpu batch norm: error against float64 beside a careful fp32, ResNet50
   }
 }
 
-// The same question for convolution (issue 13): how far oneDNN's forward,
-// backward-data and backward-weights land from float64 at ResNet50's shapes
-// (batch 8, 32x32 input). Hidden (run by hand; prints a table); PyTorch's
-// figures for the same shapes and distributions come from a few lines of
-// Python (bench/README.md, "CPU: convolution and the whole pass against
-// float64").
-TEST_CASE("cpu conv: error against float64, ResNet50 shapes", "[.fidelity]") {
-  const std::vector<ConvShape> shapes = {
-      {.n = 8, .c = 3, .h = 32, .w = 32, .k = 64, .r = 7, .s = 7, .stride = 2, .pad = 3},
-      {.n = 8, .c = 64, .h = 8, .w = 8, .k = 64, .r = 3, .s = 3, .stride = 1, .pad = 1},
-      {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .r = 1, .s = 1, .stride = 1, .pad = 0},
-      {.n = 8, .c = 256, .h = 8, .w = 8, .k = 64, .r = 1, .s = 1, .stride = 1, .pad = 0},
-      {.n = 8, .c = 512, .h = 2, .w = 2, .k = 512, .r = 3, .s = 3, .stride = 1, .pad = 1},
-      {.n = 8, .c = 2048, .h = 1, .w = 1, .k = 512, .r = 1, .s = 1, .stride = 1, .pad = 0},
-  };
-  std::printf("%-32s %10s %10s %10s\n", "conv (n c hxw -> k rxr)", "fwd", "dx", "dw");
-  Rng rng(7);
-  for (const ConvShape& sh : shapes) {
-    CpuBackend be(2);
-    Activation in = make_activation(be, sh.n, sh.c, sh.h, sh.w, sh.c > 3);
-    auto conv = be.conv("conv", sh, in.x, in.dx);
-    be.allocate();
-    const float scale = 1.0f / std::sqrt(static_cast<float>(sh.c * sh.r * sh.s));
-    const auto x = rng.floats(in.x->numel(), -1, 1);
-    const auto w = rng.floats(conv->weight->numel(), -scale, scale);
-    const auto dy = rng.floats(conv->y->numel(), -1, 1);
-    write(be, in.x, x);
-    write(be, conv->weight, w);
-    write(be, conv->dy, dy);
-    conv->forward();
-    conv->backward_data();
-    conv->backward_weights();
-    const double fwd = nrmse(read(be, conv->y), ref::conv2d_forward(sh, to_double(x), to_double(w)));
-    const double dx =
-        nrmse(read(be, in.dx), ref::conv2d_backward_data(sh, to_double(dy), to_double(w)));
-    const double dw = nrmse(read(be, conv->weight_grad),
-                            ref::conv2d_backward_weights(sh, to_double(x), to_double(dy)));
-    char what[64];
-    std::snprintf(what, sizeof what, "%lld %lld %lldx%lld -> %lld %lldx%lld",
+// Issue 22's fidelity question, op by op: every distinct convolution of
+// ResNet50 (batch 8, 32x32: oneDNN's direct kernels in layer1-2, the GEMM
+// path at 4 output pixels or fewer in layer3-4) on the closed-form x, w, dy
+// of tests/engine/fixtures/torch_conv_ops.json, each pass (forward,
+// backward-data, backward-weights) judged against the same op in float64.
+// Rule: xrun's normalised RMS error is at most kOpFidelityFactor times
+// PyTorch fp32's worst configuration on the same op (contiguous and
+// channels_last, 1 and 2 threads; measured and stored by
+// make_torch_fixtures.py conv_ops). Op by op because a whole pass is
+// luck-driven: a ReLU input within rounding of zero lands on either side, and
+// over 8 batches every engine, PyTorch's four configurations included, moves
+// 0.01%-1% of a first AdamW step's elements off float64's
+// (bench/fp32_update_fidelity.py, bench/README.md). Each shape runs on both
+// input layouts the model hands a convolution (oneDNN's channel blocks, and
+// NHWC from a GEMM-path conv); ctest runs it again on oneDNN's AVX-512 and
+// AVX2 kernels.
+namespace {
+constexpr double kOpFidelityFactor = 2.0;
+
+// The fixture's closed-form inputs (conv_op_inputs in the Python twin).
+std::vector<float> hashed(const std::string& name, int64_t n, bool relu) {
+  const uint64_t seed = xrun::testing::name_seed(name);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double u = xrun::testing::hashed_uniform(seed, static_cast<uint64_t>(i));
+    v[i] = static_cast<float>(relu ? std::max(u, 0.0) : u);
+  }
+  return v;
+}
+}  // namespace
+
+TEST_CASE("cpu conv at every ResNet50 layer shape: forward, dx and dw no noisier against "
+          "float64 than PyTorch fp32",
+          "[fidelity][conv-fidelity]") {
+  const nlohmann::json f = xrun::testing::load_fixture("torch_conv_ops.json");
+  REQUIRE(f.at("shapes").size() >= 20);
+  const char* isa = xrun::cpu::dnnl_compat::isa_name(
+      static_cast<dnnl_cpu_isa_t>(dnnl::get_effective_cpu_isa()));
+  std::printf("oneDNN %d.%d, ISA %s\n", dnnl::version()->major, dnnl::version()->minor,
+              isa ? isa : "(unnamed)");
+  std::printf("%-22s %-7s %-5s %10s %10s  (xrun / PyTorch fp32's worst, factor %.0f allowed)\n",
+              "layer", "layout", "pass", "xrun", "PyTorch", kOpFidelityFactor);
+  for (const auto& e : f.at("shapes")) {
+    const auto d = e.at("shape").get<std::vector<int64_t>>();
+    const ConvShape sh{.n = d[0], .c = d[1], .h = d[2], .w = d[3], .k = d[4], .r = d[5],
+                       .s = d[6], .stride = d[7], .pad = d[8]};
+    char key[96];
+    std::snprintf(key, sizeof key, "conv_ops.%lldx%lldx%lldx%lld-%lldx%lldx%llds%lldp%lld",
                   static_cast<long long>(sh.n), static_cast<long long>(sh.c),
                   static_cast<long long>(sh.h), static_cast<long long>(sh.w),
                   static_cast<long long>(sh.k), static_cast<long long>(sh.r),
-                  static_cast<long long>(sh.s));
-    std::printf("%-32s %10.3e %10.3e %10.3e\n", what, fwd, dx, dw);
-    CHECK(std::isfinite(fwd + dx + dw));
+                  static_cast<long long>(sh.s), static_cast<long long>(sh.stride),
+                  static_cast<long long>(sh.pad));
+    const bool first = sh.c == 3;  // conv1: the image, no dx
+    const auto x = hashed(std::string(key) + ".x", sh.n * sh.c * sh.h * sh.w, !first);
+    const auto w = xrun::testing::deterministic_values(std::string(key) + ".w", {sh.k, sh.c, sh.r, sh.s});
+    const auto dy = hashed(std::string(key) + ".dy", sh.n * sh.k * sh.out_h() * sh.out_w(), false);
+    const ref::Vec xd = to_double(x), wd = to_double(w), dyd = to_double(dy);
+    const std::map<std::string, ref::Vec> want = {
+        {"fwd", ref::conv2d_forward(sh, xd, wd)},
+        {"dw", ref::conv2d_backward_weights(sh, xd, dyd)},
+        {"dx", first ? ref::Vec{} : ref::conv2d_backward_data(sh, dyd, wd)}};
+    const std::string layer = e.at("layer");
+    std::vector<std::string> layouts_seen;
+    for (In layout : first ? std::vector<In>{In::plain} : std::vector<In>{In::blocked, In::nhwc}) {
+      CpuBackend be(2);
+      Activation in = make_activation(be, sh.n, sh.c, sh.h, sh.w, layout);
+      // (A small map's producer is itself a GEMM-path conv: NHWC already.)
+      if (std::find(layouts_seen.begin(), layouts_seen.end(), layout_of(in.x)) != layouts_seen.end())
+        continue;
+      layouts_seen.push_back(layout_of(in.x));
+      auto conv = be.conv(layer, sh, in.x, first ? nullptr : in.dx);
+      be.allocate();
+      write(be, in.x, x);
+      write(be, conv->weight, w);
+      write(be, conv->dy, dy);
+      conv->forward();
+      conv->backward_data();
+      conv->backward_weights();
+      const std::map<std::string, std::vector<float>> got = {
+          {"fwd", read(be, conv->y)},
+          {"dw", read(be, conv->weight_grad)},
+          {"dx", first ? std::vector<float>{} : read(be, in.dx)}};
+      for (const char* pass : {"fwd", "dx", "dw"}) {
+        if (!e.contains(pass)) continue;
+        const auto torch = e.at(pass).get<std::vector<double>>();
+        const double worst = *std::max_element(torch.begin(), torch.end());
+        const double err = nrmse(got.at(pass), want.at(pass));
+        std::printf("%-22s %-7s %-5s %10.3e %10.3e\n", layer.c_str(), layout_of(in.x).c_str(),
+                    pass, err, worst);
+        INFO(layer << " (" << key << "), " << layout_of(in.x) << " input, " << pass
+                   << ": xrun's normalised RMS error " << err << ", PyTorch fp32's worst "
+                   << worst);
+        CHECK(err <= kOpFidelityFactor * worst);
+      }
+    }
   }
 }
 
