@@ -260,7 +260,9 @@ struct DefaultFpmath {
   dnnl::fpmath_mode saved;
 };
 
-// Max |y - reference| of one plain-layout conv made under the default math mode.
+// Max |y - reference| of one conv made under the default math mode, in the
+// layouts oneDNN picks (format any, as the backend's convs): the kernels that
+// honour a bf16 math mode (AMX's) take blocked layouts only.
 double conv_error_in_default_mode(const ConvShape& sh, const std::vector<float>& x,
                                   const std::vector<float>& w, const ref::Vec& want) {
   using dnnl::memory;
@@ -269,17 +271,22 @@ double conv_error_in_default_mode(const ConvShape& sh, const std::vector<float>&
   const auto md = [](memory::dims d, memory::format_tag t) {
     return memory::desc(d, memory::data_type::f32, t);
   };
-  const auto src = md({sh.n, sh.c, sh.h, sh.w}, memory::format_tag::nchw);
-  const auto wei = md({sh.k, sh.c, sh.r, sh.s}, memory::format_tag::oihw);
-  const auto dst = md({sh.n, sh.k, sh.out_h(), sh.out_w()}, memory::format_tag::nchw);
+  const memory::dims xd{sh.n, sh.c, sh.h, sh.w}, wd{sh.k, sh.c, sh.r, sh.s},
+      yd{sh.n, sh.k, sh.out_h(), sh.out_w()};
   const auto pd = xrun::cpu::dnnl_compat::conv_forward(
-      eng, dnnl::primitive_attr(), dnnl::prop_kind::forward_training, src, wei, dst,
-      {sh.stride, sh.stride}, {sh.pad, sh.pad});
-  memory xs(src, eng, const_cast<float*>(x.data())), ws(wei, eng, const_cast<float*>(w.data()));
+      eng, dnnl::primitive_attr(), dnnl::prop_kind::forward_training,
+      md(xd, memory::format_tag::any), md(wd, memory::format_tag::any),
+      md(yd, memory::format_tag::any), {sh.stride, sh.stride}, {sh.pad, sh.pad});
   std::vector<float> y(static_cast<size_t>(sh.n * sh.k * sh.out_h() * sh.out_w()));
-  memory ys(dst, eng, y.data());
+  memory xs(md(xd, memory::format_tag::nchw), eng, const_cast<float*>(x.data())),
+      ws(md(wd, memory::format_tag::oihw), eng, const_cast<float*>(w.data())),
+      ys(md(yd, memory::format_tag::nchw), eng, y.data());
+  memory xb(pd.src_desc(), eng), wb(pd.weights_desc(), eng), yb(pd.dst_desc(), eng);
+  dnnl::reorder(xs, xb).execute(strm, xs, xb);
+  dnnl::reorder(ws, wb).execute(strm, ws, wb);
   dnnl::convolution_forward(pd).execute(
-      strm, {{DNNL_ARG_SRC, xs}, {DNNL_ARG_WEIGHTS, ws}, {DNNL_ARG_DST, ys}});
+      strm, {{DNNL_ARG_SRC, xb}, {DNNL_ARG_WEIGHTS, wb}, {DNNL_ARG_DST, yb}});
+  dnnl::reorder(yb, ys).execute(strm, yb, ys);
   strm.wait();
   double worst = 0;
   for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::fabs(y[i] - want[i]));
@@ -309,24 +316,27 @@ TEST_CASE("cpu conv and linear stay fp32 when oneDNN's default math mode is bf16
   CpuBackend be(1);
   Activation in = make_activation(be, sh.n, sh.c, sh.h, sh.w, In::blocked);
   auto conv = be.conv("conv", sh, in.x, in.dx);
-  const int64_t ln = 4, lin = 256, lout = 32;
-  Activation pooled_in = make_activation(be, ln, lin, 1, 1, In::blocked);
-  auto pool = be.global_avg_pool("avgpool", pooled_in.x, pooled_in.dx);
-  auto fc = be.linear("fc", pool->y, pool->dy, lout);
   be.allocate();
   write(be, in.x, x);
   write(be, conv->weight, w);
   conv->forward();
   check_close("conv.fpmath", "y", read(be, conv->y), want, kConvTol);
 
+  CpuBackend be_fc(1);  // (a backend has one input)
+  const int64_t ln = 4, lin = 256, lout = 32;
+  Activation pooled_in = make_activation(be_fc, ln, lin, 1, 1, In::blocked);
+  auto pool = be_fc.global_avg_pool("avgpool", pooled_in.x, pooled_in.dx);
+  auto fc = be_fc.linear("fc", pool->y, pool->dy, lout);
+  be_fc.allocate();
+
   const auto lx = rng.floats(ln * lin, -1, 1);
   const auto lw = rng.floats(lout * lin, -0.5f, 0.5f);
   const auto lb = rng.floats(lout, -0.5f, 0.5f);
-  write(be, pool->y, lx);
-  write(be, fc->weight, lw);
-  write(be, fc->bias, lb);
+  write(be_fc, pool->y, lx);
+  write(be_fc, fc->weight, lw);
+  write(be_fc, fc->bias, lb);
   fc->forward();
-  check_close("linear.fpmath", "y", read(be, fc->y),
+  check_close("linear.fpmath", "y", read(be_fc, fc->y),
               ref::linear_forward(ln, lin, lout, to_double(lx), to_double(lw), to_double(lb)),
               kLinearTol);
 }
