@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/cpu_vs_pytorch.sh: xrun's CPU engine against PyTorch on this machine,
-# in one go: ResNet50 (10 classes), AdamW, fp32, synthetic data, the same
+# in one go: ResNet50 (10 classes), AdamW, synthetic data, the same
 # thread count for all (default: all cores), for each configuration in
 # CONFIGS ("BATCH:SIZE ...", default "32:32 128:32 8:224": batch 32 and 128
 # of 32x32 images, batch 8 of 224x224). Engines:
@@ -11,7 +11,9 @@
 #     keeps (XRUN_BENCH_VENV, default ~/.cache/xrun/pypi-torch; about 5 GB);
 #     PYPI_PYTHON=/path/to/python uses another, PYPI_PYTHON=none skips it;
 # PyTorch in channels_last and contiguous layouts, AdamW fused where the
-# build has it (bench/pytorch_resnet50.py). Every engine runs ROUNDS times,
+# build has it (bench/pytorch_resnet50.py), in fp32 and, where the CPU has
+# bf16 instructions (avx512_bf16 or amx_bf16), with bf16 autocast as well
+# (PRECISIONS="fp32" leaves it out). Every engine runs ROUNDS times,
 # interleaved (a noisy machine then hurts all alike). Per configuration the
 # table shows each engine's median round, its range, and xrun's ratio to it:
 # the median of the per-round ratios (round i of xrun over round i of the
@@ -47,11 +49,16 @@ if [ -z "$pypi" ]; then
   pypi="$venv/bin/python"
 fi
 
+precisions="${PRECISIONS:-fp32 bf16}"
+if [[ " $precisions " == *" bf16 "* ]] && ! grep -qwE "avx512_bf16|amx_bf16" /proc/cpuinfo; then
+  echo "this CPU has no bf16 instructions (avx512_bf16, amx_bf16): PyTorch's bf16 autocast is left out" >&2
+  precisions="${precisions//bf16/}"
+fi
 engines=("xrun")
-has_torch /usr/bin/python3 &&
-  engines+=("/usr/bin/python3 channels_last" "/usr/bin/python3 contiguous")
-[ "$pypi" != none ] && has_torch "$pypi" &&
-  engines+=("$pypi channels_last" "$pypi contiguous")
+for py in /usr/bin/python3 "$pypi"; do
+  [ "$py" != none ] && has_torch "$py" || continue
+  for p in $precisions; do engines+=("$py channels_last $p" "$py contiguous $p"); done
+done
 
 # ---- one round of one engine on one configuration: "img/s median_ms label" ---
 measure() {  # ENGINE BATCH SIZE
@@ -63,13 +70,14 @@ measure() {  # ENGINE BATCH SIZE
       --set train.batch_size="$batch" --set data.image_size="$size" \
       --set measure.warmup_steps="$warmup" --set measure.measure_steps="$steps" >/dev/null 2>&1
     sqlite3 -separator ' ' "$db" \
-      "SELECT throughput, step_ms_median, 'xrun (oneDNN ' || onednn || ')' FROM runs"
+      "SELECT throughput, step_ms_median, 'xrun fp32 (oneDNN ' || onednn || ')' FROM runs"
   else
     set -- $1
-    "$1" bench/pytorch_resnet50.py --threads "$threads" --memory-format "$2" \
+    "$1" bench/pytorch_resnet50.py --threads "$threads" --memory-format "$2" --precision "$3" \
       --batch "$batch" --size "$size" --warmup "$warmup" --steps "$steps" | python3 -c '
 import json, sys; r = json.load(sys.stdin)
 print(r["images_per_second"], r["median_step_ms"], "PyTorch", r["torch"],
+      r["precision"] if r["precision"] == "fp32" else "bf16 autocast",
       "(" + r["memory_format"] + ", AdamW " + r["adamw"] + ")")'
   fi
 }
@@ -94,7 +102,7 @@ for config in configs:
         lines = [l.strip().split(None, 2) for l in open(f"{work}/{config}-engine-{e}.txt") if l.strip()]
         rounds.append(lines)
     xrun_ips = [float(l[0]) for l in rounds[0]]
-    print(f"{'engine':58} {'img/s':>7} {'range':>9} {'median ms':>9} {'xrun is':>8} {'range':>11}")
+    print(f"{'engine':64} {'img/s':>7} {'range':>9} {'median ms':>9} {'xrun is':>8} {'range':>11}")
     for lines in rounds:
         ips = [float(l[0]) for l in lines]
         ms = statistics.median(float(l[1]) for l in lines)
@@ -105,7 +113,7 @@ for config in configs:
             per_round = [x / p for x, p in zip(xrun_ips, ips)]
             ratio = f"{statistics.median(per_round):.2f}x"
             ratio_range = f"{min(per_round):.2f}-{max(per_round):.2f}"
-        print(f"{lines[0][2]:58} {statistics.median(ips):7.1f} {spread:>9} {ms:9.1f} {ratio:>8} {ratio_range:>11}")
+        print(f"{lines[0][2]:64} {statistics.median(ips):7.1f} {spread:>9} {ms:9.1f} {ratio:>8} {ratio_range:>11}")
 PY
 isa=baseline
 grep -qw avx2 /proc/cpuinfo && isa=avx2

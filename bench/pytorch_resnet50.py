@@ -3,11 +3,15 @@
 work as bench/cpu-bench.toml: torchvision resnet50(num_classes=10),
 channels_last (or contiguous), AdamW lr 1e-3 (PyTorch's fused CPU kernel
 where the build has one, else its default), fp32, batch 32 of 32x32 images,
-5 warmup and 30 measured steps. Throughput = images / wall time over the
-measured steps. Prints one JSON line.
+5 warmup and 30 measured steps. --precision bf16 runs forward and loss
+under torch.autocast("cpu", dtype=torch.bfloat16) (PyTorch's CPU mixed
+precision: bf16 convolutions and matmuls, fp32 weights and optimizer).
+Throughput = images / wall time over the measured steps. Prints one JSON
+line.
 
-  python3 bench/pytorch_resnet50.py --threads 2 [--batch 32] [--size 32]
+  python3 bench/pytorch_resnet50.py --threads 2 [--batch 32] [--size 32] [--precision bf16]
 """
+import contextlib
 import argparse
 import json
 import time
@@ -25,6 +29,7 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--memory-format", default="channels_last",
                     choices=["channels_last", "contiguous"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -44,7 +49,9 @@ def main():
     for step in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with (torch.autocast("cpu", dtype=torch.bfloat16) if a.precision == "bf16"
+              else contextlib.nullcontext()):
+            loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         loss.item()
@@ -56,6 +63,7 @@ def main():
         "threads": a.threads,
         "batch": a.batch,
         "memory_format": a.memory_format,
+        "precision": a.precision,
         "adamw": adamw,
         "images_per_second": a.batch * len(measured) / sum(measured),
         "median_step_ms": times_ms[len(times_ms) // 2],
