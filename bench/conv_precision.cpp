@@ -6,7 +6,9 @@
 // one batch and image size, layouts chosen by oneDNN (format any), reorders
 // into those layouts left out, the median of --reps calls each; the totals
 // weigh each shape by how often the network has it. Prints the implementation
-// oneDNN chose (its ISA) beside each time.
+// oneDNN chose (its ISA) beside each time. A second table times the
+// convolutions with 4 output pixels or fewer (xrun runs those as GEMMs) as
+// single matrix products in fp32 and bf16 through oneDNN's matmul.
 //
 //   build/bench/conv_precision [--batch 8] [--image 224] [--reps 5]
 //   ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 build/bench/conv_precision ...  (no AMX)
@@ -59,6 +61,16 @@ std::map<Shape, int> resnet50_convs(int64_t n, int64_t image) {
     }
   }
   return count;
+}
+
+std::string describe(const Shape& sh) {
+  char what[48];
+  std::snprintf(what, sizeof what, "%lld %lldx%lld -> %lld %lldx%lld /%lld",
+                static_cast<long long>(sh.c), static_cast<long long>(sh.h),
+                static_cast<long long>(sh.h), static_cast<long long>(sh.k),
+                static_cast<long long>(sh.r), static_cast<long long>(sh.r),
+                static_cast<long long>(sh.stride));
+  return what;
 }
 
 template <class F>
@@ -133,6 +145,41 @@ Passes measure(const Shape& sh, memory::data_type dt, dnnl::engine& eng, dnnl::s
   return p;
 }
 
+// The GEMMs of xrun's small-map path (outputs of 4 pixels or fewer, issue
+// #13), as one product each: forward [N*P, C*R*S] x [C*R*S, K] and
+// backward-weights [C*R*S, N*P] x [N*P, K] (the path splits them per live
+// tap and pixel; the work is at most this). fp32 against bf16 inputs with
+// fp32 output, through oneDNN's matmul (the bf16 GEMM oneDNN offers).
+struct GemmTimes {
+  double fwd = 0, bwd_weights = 0;
+  std::string impl;
+};
+
+GemmTimes measure_gemms(const Shape& sh, memory::data_type dt, dnnl::engine& eng,
+                        dnnl::stream& s, int reps) {
+  const memory::dim rows = sh.n * sh.out() * sh.out(), inner = sh.c * sh.r * sh.r;
+  const auto time_one = [&](memory::dim m, memory::dim k, memory::dim n, std::string* impl) {
+    const auto md = [](memory::dims d, memory::data_type t, memory::format_tag f) {
+      return memory::desc(d, t, f);
+    };
+    const auto pd = compat::matmul(eng, dnnl::primitive_attr(),
+                                   md({m, k}, dt, memory::format_tag::ab),
+                                   md({k, n}, dt, memory::format_tag::any),
+                                   md({m, n}, memory::data_type::f32, memory::format_tag::ab));
+    memory a(pd.src_desc(), eng), b(pd.weights_desc(), eng), c(pd.dst_desc(), eng);
+    for (memory* x : {&a, &b}) std::memset(x->get_data_handle(), 0, x->get_desc().get_size());
+    dnnl::matmul mm(pd);
+    if (impl) *impl = pd.impl_info_str();
+    return median_ms([&] { mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b},
+                                          {DNNL_ARG_DST, c}}); },
+                     s, reps);
+  };
+  GemmTimes t;
+  t.fwd = time_one(rows, inner, sh.k, &t.impl);
+  t.bwd_weights = time_one(inner, rows, sh.k, nullptr);
+  return t;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,13 +214,8 @@ int main(int argc, char** argv) {
       std::printf("bf16 convolution unavailable on this CPU (%s)\n", e.what());
       return 1;
     }
-    char what[48];
-    std::snprintf(what, sizeof what, "%lld %lldx%lld -> %lld %lldx%lld /%lld",
-                  static_cast<long long>(sh.c), static_cast<long long>(sh.h),
-                  static_cast<long long>(sh.h), static_cast<long long>(sh.k),
-                  static_cast<long long>(sh.r), static_cast<long long>(sh.r),
-                  static_cast<long long>(sh.stride));
-    std::printf("%-26s %3d | %8.3f %8.3f %8.3f | %8.3f %8.3f %8.3f | %s\n", what, count, a.fwd,
+    std::printf("%-26s %3d | %8.3f %8.3f %8.3f | %8.3f %8.3f %8.3f | %s\n",
+                describe(sh).c_str(), count, a.fwd,
                 a.bwd_data, a.bwd_weights, b.fwd, b.bwd_data, b.bwd_weights, b.impl.c_str());
     total_f32 += count * (a.fwd + a.bwd_data + a.bwd_weights);
     total_bf16 += count * (b.fwd + b.bwd_data + b.bwd_weights);
@@ -183,5 +225,23 @@ int main(int argc, char** argv) {
               "bf16 %.2fx faster\n",
               total_f32, 2 * macs / total_f32 / 1e6, total_bf16, 2 * macs / total_bf16 / 1e6,
               total_f32 / total_bf16);
+
+  std::printf("\nthe small-map convolutions (4 output pixels or fewer) as single GEMMs, "
+              "oneDNN matmul, ms:\n%-26s %3s | %8s %8s | %8s %8s | %s\n",
+              "conv (c hxw -> k rxr /s)", "x", "f32 fwd", "bwd_w", "bf16 fwd", "bwd_w",
+              "bf16 implementation");
+  double gemm_f32 = 0, gemm_bf16 = 0;
+  for (const auto& [sh, count] : resnet50_convs(batch, image)) {
+    if (sh.out() * sh.out() > 4) continue;
+    const GemmTimes a = measure_gemms(sh, memory::data_type::f32, eng, s, reps);
+    const GemmTimes b = measure_gemms(sh, memory::data_type::bf16, eng, s, reps);
+    std::printf("%-26s %3d | %8.3f %8.3f | %8.3f %8.3f | %s\n", describe(sh).c_str(), count,
+                a.fwd, a.bwd_weights, b.fwd, b.bwd_weights, b.impl.c_str());
+    gemm_f32 += count * (a.fwd + a.bwd_weights);
+    gemm_bf16 += count * (b.fwd + b.bwd_weights);
+  }
+  if (gemm_f32 > 0)
+    std::printf("small-map GEMMs (fwd + bwd_w): fp32 %.1f ms, bf16 %.1f ms, bf16 %.2fx faster\n",
+                gemm_f32, gemm_bf16, gemm_f32 / gemm_bf16);
   return 0;
 }

@@ -90,6 +90,16 @@ inline dnnl::inner_product_backward_weights::primitive_desc inner_product_backwa
 #endif
 }
 
+inline dnnl::matmul::primitive_desc matmul(const engine& eng, const primitive_attr& attr,
+                                           const memory::desc& src, const memory::desc& weights,
+                                           const memory::desc& dst) {
+#if DNNL_VERSION_MAJOR >= 3
+  return {eng, src, weights, dst, attr};
+#else
+  return {{src, weights, dst}, attr, eng};
+#endif
+}
+
 inline dnnl::pooling_forward::primitive_desc pooling_forward(
     const engine& eng, const primitive_attr& attr, prop_kind prop, algorithm alg,
     const memory::desc& src, const memory::desc& dst, const memory::dims& strides,
