@@ -151,7 +151,17 @@ CpuInfo query_cpu() {
     std::snprintf(buf, sizeof buf, "isa 0x%x", static_cast<unsigned>(isa));
     cpu.onednn_isa = buf;
   }
+  cpu.bf16_kernels = bf16_kernels_for_isa(static_cast<unsigned>(isa));
   return cpu;
+}
+
+std::string bf16_kernels_for_isa(unsigned isa) {
+  const auto has = [isa](dnnl_cpu_isa_t want) {
+    return (isa & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
+  };
+  if (has(dnnl_cpu_isa_avx512_core_amx)) return "amx";
+  if (has(dnnl_cpu_isa_avx512_core_bf16)) return "avx512_bf16";
+  return "";
 }
 
 std::vector<int> usable_cpus() {

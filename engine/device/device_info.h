@@ -74,7 +74,17 @@ struct CpuInfo {
   std::string onednn_version;  // "2.6.3"
   std::string onednn_isa;      // "avx512_core_bf16", the ISA oneDNN's kernels use
   std::string flags_summary;   // the flags that matter for training: "avx2 fma avx512f amx_bf16"
+  // The bf16 kernels oneDNN would run here: "amx" (AMX tiles, ISA
+  // avx512_core_amx), "avx512_bf16" (avx512_core_bf16, no AMX) or "" (none,
+  // also where ONEDNN_MAX_CPU_ISA caps below them). On an AMX Xeon oneDNN's
+  // bf16 convolutions ran 3-5x its fp32 ones at 224x224; with avx512_bf16
+  // alone 0.6x (bench/README.md).
+  std::string bf16_kernels;
 };
+
+// CpuInfo::bf16_kernels for oneDNN's effective ISA (its values are nested
+// bit sets: avx512_core_amx contains avx512_core_bf16).
+std::string bf16_kernels_for_isa(unsigned isa);
 
 CpuInfo query_cpu();
 // The CPUs this process may run on (sched_getaffinity), ascending; all of

@@ -160,6 +160,23 @@ TEST_CASE("query_cpu matches /proc/cpuinfo and the thread count", "[device]") {
     CHECK_THAT(cpu.flags_summary, Catch::Contains("amx_tile"));
 }
 
+TEST_CASE("bf16 kernels follow oneDNN's ISA: AMX, AVX512_BF16 alone, or none", "[device]") {
+  CHECK(bf16_kernels_for_isa(dnnl_cpu_isa_avx512_core_amx) == "amx");
+  CHECK(bf16_kernels_for_isa(dnnl_cpu_isa_avx512_core_bf16) == "avx512_bf16");
+  CHECK(bf16_kernels_for_isa(dnnl_cpu_isa_avx512_core_vnni) == "");
+  CHECK(bf16_kernels_for_isa(dnnl_cpu_isa_avx512_core) == "");
+  CHECK(bf16_kernels_for_isa(dnnl_cpu_isa_avx2) == "");
+
+  // This machine: what query_cpu says agrees with the CPU's flags.
+  const CpuInfo cpu = query_cpu();
+  CHECK(cpu.bf16_kernels == bf16_kernels_for_isa(dnnl_get_effective_cpu_isa()));
+  std::string flags(1, ' ');
+  flags.append(cpuinfo_value("flags")).append(1, ' ');
+  if (cpu.bf16_kernels == "amx") CHECK(flags.find(" amx_bf16 ") != std::string::npos);
+  if (!cpu.bf16_kernels.empty()) CHECK(flags.find(" avx512_bf16 ") != std::string::npos);
+  if (flags.find(" avx512_bf16 ") == std::string::npos) CHECK(cpu.bf16_kernels.empty());
+}
+
 TEST_CASE("host and OS", "[device]") {
   CHECK_FALSE(hostname().empty());
   CHECK_THAT(os_description(), Catch::StartsWith("Linux "));
