@@ -415,7 +415,7 @@ TEST_CASE("hostile: -o naming the store being read is refused, by path, symlink 
   std::filesystem::create_hard_link(f.db(), f.dir.file("hard.db"));
   const std::string db = " --db " + shell_quote(f.db());
   for (const std::string cmd : {"export", "export --format json", "report", "trace 1"})
-    for (const std::string target : {std::string("results.db"), std::string("./results.db"), f.db(),
+    for (const std::string& target : {std::string("results.db"), std::string("./results.db"), f.db(),
                                      std::string("link.db"), std::string("hard.db")}) {
       auto r = f.xrun(cmd + db + " -o " + shell_quote(target));
       INFO(cmd << " -o " << target << "\n" << r.output);
