@@ -263,7 +263,8 @@ struct DefaultFpmath {
 
 // Max |y - reference| of one conv made under the default math mode, in the
 // layouts oneDNN picks (format any, as the backend's convs): the kernels that
-// honour a bf16 math mode (AMX's) take blocked layouts only.
+// honour a bf16 math mode (AMX's brg_conv) are chosen for those (NHWC here),
+// not for the plain NCHW a user buffer has.
 double conv_error_in_default_mode(const ConvShape& sh, const std::vector<float>& x,
                                   const std::vector<float>& w, const ref::Vec& want) {
   using dnnl::memory;
