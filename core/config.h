@@ -27,6 +27,13 @@ inline const char* to_string(Precision p) {
   }
   return "?";
 }
+// Why a run cannot train in bf16 on this CPU: oneDNN's ISA here (`isa`,
+// "avx2") has no bf16 kernels. One text for `plan`, `run` and the engine.
+inline std::string cpu_bf16_refusal(const std::string& isa) {
+  return "precision 'bf16' on the CPU needs oneDNN's bf16 kernels (a CPU with AVX512_BF16 or "
+         "AMX); oneDNN's ISA on this CPU is " + isa +
+         ": train in fp32 here, or in bf16 on a CUDA device";
+}
 inline const char* to_string(CudnnBenchmark b) {
   switch (b) {
     case CudnnBenchmark::off: return "false";

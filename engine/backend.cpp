@@ -48,12 +48,8 @@ int64_t device_memory_bytes(const std::string& device) {
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& options) {
-  if (device == "cpu") {
-    if (options.precision != Precision::fp32)
-      throw std::runtime_error(std::string("precision '") + to_string(options.precision) +
-                               "' needs a CUDA device; the CPU engine trains in fp32");
-    return std::make_unique<cpu::CpuBackend>(options.threads);
-  }
+  if (device == "cpu")  // refuses a precision this CPU cannot train in
+    return std::make_unique<cpu::CpuBackend>(options.threads, options.precision);
   if (device.rfind("cuda:", 0) == 0) {
     int index = -1;
     try {

@@ -42,6 +42,11 @@ struct PlanOptions {
   std::vector<std::string> sets;  // "KEY=VALUE", applied in order before the sweep expands
   bool gpu_available = false;     // train.device = "auto" resolves to "cuda:0" when true, else "cpu"
   std::string hostname;           // store.label = "" resolves to this
+  // This CPU's bf16 kernels (CpuInfo::bf16_kernels: "amx", "avx512_bf16",
+  // "" for none) and oneDNN's ISA: precision "bf16" on the CPU is refused
+  // where there are none.
+  std::string cpu_bf16_kernels;
+  std::string cpu_isa = "unknown";
   // xrun run --parallel: train.threads = 0 (all cores) on a CPU run resolves
   // to this share of the cores (0: left as 0).
   int cpu_threads_per_run = 0;

@@ -148,7 +148,9 @@ class Resolver {
     const std::string device = get("train.device");
     if (device == "cpu") {
       const std::string precision = get("train.precision");
-      if (precision != "fp32")
+      if (precision == "bf16" && ctx_.options->cpu_bf16_kernels.empty())
+        rule("train.precision", cpu_bf16_refusal(ctx_.options->cpu_isa), true);
+      if (precision != "fp32" && precision != "bf16")
         rule("train.precision",
              "precision '" + precision + "' needs a CUDA device; this run's device is cpu", true);
       if (get("train.cuda_graphs") == true)

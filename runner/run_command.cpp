@@ -112,6 +112,9 @@ PlanOptions plan_options(const std::vector<std::string>& sets) {
   o.sets = sets;
   o.gpu_available = xrun::cuda_engine_available();
   o.hostname = hostname();
+  const CpuInfo cpu = query_cpu();
+  o.cpu_bf16_kernels = cpu.bf16_kernels;
+  o.cpu_isa = cpu.onednn_isa;
   return o;
 }
 

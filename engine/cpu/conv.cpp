@@ -32,26 +32,39 @@ class CpuConv final : public ConvOp, public CpuOp {
     if (x->dims != std::vector<int64_t>{sh.n, sh.c, sh.h, sh.w})
       throw std::logic_error(name + ": input dims do not match the conv shape");
 
+    // bf16: activations and the weight copies the primitives read in bf16;
+    // the weight itself (the master) and its gradient fp32, kept in the
+    // layout backward-weights writes, so dw needs no reorder.
+    const memory::data_type act = be.activation_type();
+    bf16_ = act == memory::data_type::bf16;
     fwd_pd_ = dnnl_compat::conv_forward(be.engine(), be.attr(), prop_kind::forward_training,
-                                        x->md, any_md(w_dims), any_md(y_dims), strides, pad);
+                                        x->md, any_md(w_dims, act), be.activation_md(y_dims),
+                                        strides, pad);
     fwd_ = convolution_forward(fwd_pd_);
     be.need_scratchpad(fwd_pd_.scratchpad_desc());
 
-    auto [w, wg] = be.declare_parameter(name + ".weight", {sh.k, sh.c, sh.r, sh.s},
-                                        fwd_pd_.weights_desc());
-    weight = w;
-    weight_grad = wg;
-    y = be.declare(name + ".y", {sh.n, sh.k, sh.out_h(), sh.out_w()}, fwd_pd_.dst_desc(),
-                   TensorRole::activation);
-    dy = be.declare(name + ".dy", y->dims, fwd_pd_.dst_desc(), TensorRole::activation_grad);
-
-    // Backward weights: dW in the parameter layout.
+    // Backward weights: dW in fp32, in the parameter's layout (fp32: the
+    // forward's weight layout, reordered into where it differs).
     bww_pd_ = dnnl_compat::conv_backward_weights(be.engine(), be.attr(), fwd_pd_.src_desc(),
                                                  any_md(w_dims), fwd_pd_.dst_desc(), strides, pad,
                                                  fwd_pd_);
     if (is_reference(bww_pd_.impl_info_str())) use_nhwc_backward_weights(sh);
     bww_ = convolution_backward_weights(bww_pd_);
     be.need_scratchpad(bww_pd_.scratchpad_desc());
+
+    const memory::desc master_md = bf16_ ? bww_pd_.diff_weights_desc() : fwd_pd_.weights_desc();
+    auto [w, wg] = be.declare_parameter(name + ".weight", {sh.k, sh.c, sh.r, sh.s}, master_md);
+    weight = w;
+    weight_grad = wg;
+    y = be.declare(name + ".y", {sh.n, sh.k, sh.out_h(), sh.out_w()}, fwd_pd_.dst_desc(),
+                   TensorRole::activation);
+    dy = be.declare(name + ".dy", y->dims, fwd_pd_.dst_desc(), TensorRole::activation_grad);
+    if (bf16_) {
+      w_fwd_copy_.make(be.engine(), master_md, fwd_pd_.weights_desc());
+      w_fwd_ = be.declare(name + ".weight_bf16", weight->dims, fwd_pd_.weights_desc(),
+                          TensorRole::workspace);
+    }
+
     bww_src_.make(be.engine(), fwd_pd_.src_desc(), bww_pd_.src_desc());
     bww_dy_.make(be.engine(), fwd_pd_.dst_desc(), bww_pd_.diff_dst_desc());
     if (bww_src_.needed)
@@ -59,21 +72,24 @@ class CpuConv final : public ConvOp, public CpuOp {
     if (bww_dy_.needed)
       dy_copy_ = be.declare(name + ".dy_bww", y->dims, bww_pd_.diff_dst_desc(),
                             TensorRole::workspace);
-    dw_reorder_.make(be.engine(), bww_pd_.diff_weights_desc(), fwd_pd_.weights_desc());
+    dw_reorder_.make(be.engine(), bww_pd_.diff_weights_desc(), master_md);
     if (dw_reorder_.needed)
       dw_tmp_ = be.declare(name + ".dw_tmp", weight->dims, bww_pd_.diff_weights_desc(),
                            TensorRole::workspace);
 
-    // Backward data, only when the input needs a gradient.
+    // Backward data, only when the input needs a gradient. Its weights come
+    // from the master by a reorder before each call (fp32: into its layout
+    // where that differs; bf16: always, converting).
     if (dx) {
       if (!(dx->md == x->md)) throw std::logic_error(name + ": dx layout differs from x");
-      bwd_pd_ = dnnl_compat::conv_backward_data(be.engine(), be.attr(), x->md, any_md(w_dims),
-                                                fwd_pd_.dst_desc(), strides, pad, fwd_pd_);
+      bwd_pd_ = dnnl_compat::conv_backward_data(be.engine(), be.attr(), x->md,
+                                                any_md(w_dims, act), fwd_pd_.dst_desc(), strides,
+                                                pad, fwd_pd_);
       bwd_ = convolution_backward_data(bwd_pd_);
       be.need_scratchpad(bwd_pd_.scratchpad_desc());
       if (!(bwd_pd_.diff_dst_desc() == fwd_pd_.dst_desc()) || !(bwd_pd_.diff_src_desc() == x->md))
         throw std::logic_error(name + ": backward-data wants other activation layouts");
-      w_reorder_.make(be.engine(), fwd_pd_.weights_desc(), bwd_pd_.weights_desc());
+      w_reorder_.make(be.engine(), master_md, bwd_pd_.weights_desc());
       if (w_reorder_.needed)
         w_tmp_ = be.declare(name + ".w_bwd", weight->dims, bwd_pd_.weights_desc(),
                             TensorRole::workspace);
@@ -84,8 +100,10 @@ class CpuConv final : public ConvOp, public CpuOp {
   void bind() override {
     const memory& sp = be_.scratchpad();
     const memory& src = x_->mem;  // the forward primitive takes x's layout as it is
+    const memory& w_fwd = w_fwd_ ? w_fwd_->mem : as_cpu(weight)->mem;
+    if (w_fwd_) w_fwd_copy_.bind(as_cpu(weight)->mem, w_fwd);
     fwd_args_ = {{DNNL_ARG_SRC, src},
-                 {DNNL_ARG_WEIGHTS, as_cpu(weight)->mem},
+                 {DNNL_ARG_WEIGHTS, w_fwd},
                  {DNNL_ARG_DST, as_cpu(y)->mem},
                  {DNNL_ARG_SCRATCHPAD, sp}};
     const memory& dw = dw_reorder_.needed ? dw_tmp_->mem : as_cpu(weight_grad)->mem;
@@ -109,6 +127,10 @@ class CpuConv final : public ConvOp, public CpuOp {
   }
 
   void forward() override {
+    if (w_fwd_ && w_fwd_version_ != be_.weights_version()) {  // bf16: the weight changed
+      w_fwd_copy_.run(be_.stream());
+      w_fwd_version_ = be_.weights_version();
+    }
     fwd_.execute(be_.stream(), fwd_args_);
   }
   void backward_data() override {
@@ -132,15 +154,15 @@ class CpuConv final : public ConvOp, public CpuOp {
   // takes 3.5. Use that one, on NHWC copies of x and dy.
   void use_nhwc_backward_weights(const ConvShape& sh) {
     const memory::dims strides = {sh.stride, sh.stride}, pad = {sh.pad, sh.pad};
-    const memory::desc x_nhwc({sh.n, sh.c, sh.h, sh.w}, memory::data_type::f32,
+    const memory::data_type act = be_.activation_type();
+    const memory::desc x_nhwc({sh.n, sh.c, sh.h, sh.w}, act, memory::format_tag::nhwc);
+    const memory::desc y_nhwc({sh.n, sh.k, sh.out_h(), sh.out_w()}, act,
                               memory::format_tag::nhwc);
-    const memory::desc y_nhwc({sh.n, sh.k, sh.out_h(), sh.out_w()}, memory::data_type::f32,
-                              memory::format_tag::nhwc);
-    const memory::desc w_any = any_md({sh.k, sh.c, sh.r, sh.s});
+    const memory::dims w_dims = {sh.k, sh.c, sh.r, sh.s};
     auto hint = dnnl_compat::conv_forward(be_.engine(), be_.attr(), prop_kind::forward_training,
-                                          x_nhwc, w_any, y_nhwc, strides, pad);
-    auto pd = dnnl_compat::conv_backward_weights(be_.engine(), be_.attr(), x_nhwc, w_any, y_nhwc,
-                                                 strides, pad, hint);
+                                          x_nhwc, any_md(w_dims, act), y_nhwc, strides, pad);
+    auto pd = dnnl_compat::conv_backward_weights(be_.engine(), be_.attr(), x_nhwc,
+                                                 any_md(w_dims), y_nhwc, strides, pad, hint);
     if (is_reference(pd.impl_info_str())) return;  // no better: keep the first
     bww_pd_ = pd;
   }
@@ -155,6 +177,10 @@ class CpuConv final : public ConvOp, public CpuOp {
   convolution_backward_weights bww_;
   convolution_backward_data bwd_;
   Reorder dw_reorder_, w_reorder_, bww_src_, bww_dy_;
+  bool bf16_ = false;
+  Reorder w_fwd_copy_;              // bf16: master -> the forward's bf16 weight
+  CpuTensor* w_fwd_ = nullptr;      // bf16: that copy
+  uint64_t w_fwd_version_ = 0;      // the weights_version() it was made at
   CpuTensor* dw_tmp_ = nullptr;
   CpuTensor* x_copy_ = nullptr;
   CpuTensor* dy_copy_ = nullptr;
@@ -365,6 +391,7 @@ class CpuConvAsGemm final : public ConvOp, public CpuOp {
 // the layout the next op gets (channels a multiple of the block), or up to
 // kMaxGemmPixels pixels, written in NHWC.
 bool is_gemm_conv(const ConvShape& sh, const CpuTensor* x) {
+  if (x->dtype != DType::f32) return false;  // bf16: oneDNN's direct kernels throughout
   const int64_t pixels = sh.out_h() * sh.out_w();
   if (pixels == 1) return is_flat_nc(like_layout(x->md, {sh.n, sh.k, 1, 1}));
   return pixels <= kMaxGemmPixels;

@@ -1,6 +1,7 @@
 // engine/cpu/cpu_backend.cpp: the CPU backend's memory plan (declare ->
 // allocate: one zeroed allocation per region), canonical <-> oneDNN layout
-// exchange by reorders, batch loading and normalisation.
+// exchange by reorders (fp32 canonical values <-> f32 or bf16 tensors),
+// batch loading and normalisation, and the precision check.
 #include "engine/cpu/cpu_backend.h"
 
 #include <omp.h>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "engine/cpu/bf16.h"
 #include "engine/device/device_info.h"
 #include "engine/memory_plan.h"
 
@@ -43,8 +45,19 @@ memory::desc plain_md(const memory::dims& dims, memory::data_type dt) {
   return memory::desc(dims, dt, strides);
 }
 
-memory::desc any_md(const memory::dims& dims) {
-  return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+memory::desc any_md(const memory::dims& dims, memory::data_type dt) {
+  return memory::desc(dims, dt, memory::format_tag::any);
+}
+
+DType dtype_of(memory::data_type dt) {
+  switch (dt) {
+    case memory::data_type::f32: return DType::f32;
+    case memory::data_type::bf16: return DType::bf16;
+    case memory::data_type::f16: return DType::f16;
+    case memory::data_type::s32: return DType::i32;
+    case memory::data_type::u8: return DType::u8;
+    default: throw std::logic_error("cpu backend: a tensor of an unexpected oneDNN data type");
+  }
 }
 
 bool is_plain(const memory::desc& md) {
@@ -65,11 +78,29 @@ void Reorder::run(dnnl::stream& s) {
 
 // ------------------------------------------------------------- backend --
 
-CpuBackend::CpuBackend(int threads)
+namespace {
+// The activation type of a precision, or why this CPU cannot train in it.
+memory::data_type activation_type_for(Precision p) {
+  if (p == Precision::fp32) return memory::data_type::f32;
+  if (p != Precision::bf16)
+    throw std::runtime_error(std::string("precision '") + to_string(p) +
+                             "' needs a CUDA device; the CPU engine trains in fp32 and bf16");
+  if (bf16_kernels_for_isa(static_cast<unsigned>(dnnl_get_effective_cpu_isa())).empty())
+    throw std::runtime_error(cpu_bf16_refusal(query_cpu().onednn_isa));
+  return memory::data_type::bf16;
+}
+}  // namespace
+
+CpuBackend::CpuBackend(int threads, Precision precision)
     : threads_(threads > 0 ? threads : omp_get_num_procs()),
+      precision_(precision),
+      act_type_(activation_type_for(precision)),
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_) {
   omp_set_num_threads(threads_);
+  nhwc_activations_ =
+      precision == Precision::bf16 &&
+      bf16_kernels_for_isa(static_cast<unsigned>(dnnl_get_effective_cpu_isa())) == "amx";
   pointwise_ = make_pointwise(*this);
 }
 
@@ -93,12 +124,18 @@ dnnl::primitive_attr CpuBackend::attr() {
   return a;
 }
 
+memory::desc CpuBackend::activation_md(const memory::dims& dims) const {
+  if (nhwc_activations_) return memory::desc(dims, act_type_, memory::format_tag::nhwc);
+  return any_md(dims, act_type_);
+}
+
 CpuTensor* CpuBackend::declare(const std::string& name, std::vector<int64_t> dims,
-                               const memory::desc& md, TensorRole role, DType dtype) {
+                               const memory::desc& md, TensorRole role,
+                               std::optional<DType> dtype) {
   CpuTensor& t = tensors_.emplace_back();
   t.name = name;
   t.dims = std::move(dims);
-  t.dtype = dtype;
+  t.dtype = dtype ? *dtype : dtype_of(dnnl_compat::data_type_of(md));
   t.role = role;
   t.md = md;
   t.bytes = md.get_size();
@@ -125,7 +162,10 @@ Tensor* CpuBackend::tensor_like(const Tensor* like, const std::string& name, Ten
 
 Tensor* CpuBackend::input(int64_t n, int64_t c, int64_t h, int64_t w) {
   if (input_) throw std::logic_error("cpu backend: input() called twice");
-  input_ = declare("input", {n, c, h, w}, plain_md({n, c, h, w}), TensorRole::io);
+  const memory::desc md = nhwc_activations_
+                              ? memory::desc({n, c, h, w}, act_type_, memory::format_tag::nhwc)
+                              : plain_md({n, c, h, w}, act_type_);
+  input_ = declare("input", {n, c, h, w}, md, TensorRole::io);
   return input_;
 }
 
@@ -241,10 +281,18 @@ int64_t CpuBackend::peak_memory_bytes() const {
 
 // ------------------------------------------------------ canonical data --
 
+// The canonical form of a tensor's values: row-major, f32 for f32 and bf16
+// tensors (write() and read() convert), the tensor's own type otherwise.
+memory::desc canonical_md(const memory::desc& md) {
+  const memory::data_type dt = dnnl_compat::data_type_of(md);
+  return plain_md(dnnl_compat::dims_of(md),
+                  dt == memory::data_type::bf16 ? memory::data_type::f32 : dt);
+}
+
 dnnl::reorder& CpuBackend::exchange_reorder(const memory::desc& md, bool to_canonical) {
   for (auto& [desc, dir, prim] : exchange_reorders_)
     if (dir == to_canonical && desc == md) return prim;
-  const memory::desc plain = plain_md(dnnl_compat::dims_of(md), dnnl_compat::data_type_of(md));
+  const memory::desc plain = canonical_md(md);
   auto pd = to_canonical ? dnnl::reorder::primitive_desc(engine_, md, engine_, plain)
                          : dnnl::reorder::primitive_desc(engine_, plain, engine_, md);
   exchange_reorders_.emplace_back(md, to_canonical, dnnl::reorder(pd));
@@ -257,11 +305,12 @@ void CpuBackend::write(Tensor* t, std::span<const float> canonical) {
     throw std::invalid_argument("write " + t->name + ": " + std::to_string(canonical.size()) +
                                 " values for " + std::to_string(t->numel()) + " elements");
   if (!ct->data) throw std::logic_error("write before allocate(): " + t->name);
-  if (is_plain(ct->md)) {
+  if (t->role == TensorRole::parameter) weights_changed();
+  if (ct->md == canonical_md(ct->md)) {
     std::memcpy(ct->data, canonical.data(), canonical.size_bytes());
     return;
   }
-  memory user(plain_md(dnnl_compat::dims_of(ct->md)), engine_, const_cast<float*>(canonical.data()));
+  memory user(canonical_md(ct->md), engine_, const_cast<float*>(canonical.data()));
   exchange_reorder(ct->md, false).execute(stream_, user, ct->mem);
   stream_.wait();
 }
@@ -273,11 +322,11 @@ void CpuBackend::read(const Tensor* t, std::span<float> canonical) {
                                 std::to_string(canonical.size()) + " values, tensor has " +
                                 std::to_string(t->numel()));
   if (!ct->data) throw std::logic_error("read before allocate(): " + t->name);
-  if (is_plain(ct->md)) {
+  if (ct->md == canonical_md(ct->md)) {
     std::memcpy(canonical.data(), ct->data, canonical.size_bytes());
     return;
   }
-  memory user(plain_md(dnnl_compat::dims_of(ct->md)), engine_, canonical.data());
+  memory user(canonical_md(ct->md), engine_, canonical.data());
   exchange_reorder(ct->md, true).execute(stream_, const_cast<memory&>(ct->mem), user);
   stream_.wait();
 }
@@ -300,7 +349,7 @@ void CpuBackend::load_batch(const uint8_t* images, const int32_t* labels, int co
   if (count > n) throw std::invalid_argument("load_batch: batch larger than the plan");
   if (static_cast<int64_t>(mean.size()) != c || static_cast<int64_t>(std.size()) != c)
     throw std::invalid_argument("load_batch: mean/std need one value per channel");
-  float* dst = static_cast<float*>(input_->data);
+  const bool bf16 = input_->dtype == DType::bf16;
   // Per channel: x = (pixel/255 - mean) / std  =  pixel * a + b.
   constexpr int64_t kMaxChannels = 16;
   if (c > kMaxChannels) throw std::invalid_argument("load_batch: at most 16 image channels");
@@ -309,17 +358,34 @@ void CpuBackend::load_batch(const uint8_t* images, const int32_t* labels, int co
     a[ch] = 1.0f / (255.0f * std[ch]);
     b[ch] = -mean[ch] / std[ch];
   }
+  const size_t elem = bf16 ? sizeof(bf16_t) : sizeof(float);
+  if (nhwc_activations_) {  // bf16, pixel-major: x[i][p][ch]
+    bf16_t* out = static_cast<bf16_t*>(input_->data);
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t p = 0; p < hw; ++p)
+        for (int64_t ch = 0; ch < c; ++ch)
+          out[(i * hw + p) * c + ch] =
+              i < count ? float_to_bf16(images[(i * c + ch) * hw + p] * a[ch] + b[ch]) : 0;
+  } else {
 #pragma omp parallel for collapse(2)
   for (int64_t i = 0; i < n; ++i)
     for (int64_t ch = 0; ch < c; ++ch) {
-      float* out = dst + (i * c + ch) * hw;
+      const int64_t first = (i * c + ch) * hw;
       if (i >= count) {
-        std::memset(out, 0, hw * sizeof(float));
+        std::memset(static_cast<char*>(input_->data) + first * elem, 0, hw * elem);
         continue;
       }
-      const uint8_t* in = images + (i * c + ch) * hw;
-      for (int64_t p = 0; p < hw; ++p) out[p] = in[p] * a[ch] + b[ch];
+      const uint8_t* in = images + first;
+      if (bf16) {
+        bf16_t* out = static_cast<bf16_t*>(input_->data) + first;
+        for (int64_t p = 0; p < hw; ++p) out[p] = float_to_bf16(in[p] * a[ch] + b[ch]);
+      } else {
+        float* out = static_cast<float*>(input_->data) + first;
+        for (int64_t p = 0; p < hw; ++p) out[p] = in[p] * a[ch] + b[ch];
+      }
     }
+  }
   int32_t* lab = static_cast<int32_t*>(labels_->data);
   for (int64_t i = 0; i < n; ++i) lab[i] = i < count ? labels[i] : 0;
 }

@@ -1,8 +1,14 @@
-// engine/cpu/cpu_backend.h: the CPU backend on oneDNN 2.6. Tensors keep the
-// layout oneDNN's primitives prefer (blocked nChw16c / nChw8c activations,
-// blocked weights); primitives are created once when the model is built,
+// engine/cpu/cpu_backend.h: the CPU backend on oneDNN (2.x and 3.x, through
+// dnnl_compat.h). Tensors keep the layout oneDNN's primitives prefer (blocked
+// nChw16c / nChw8c activations, blocked weights); primitives are created
+// once when the model is built,
 // with one shared user scratchpad; every tensor lives in one allocation per
-// memory region. The op families are in conv.cpp, batchnorm.cpp (xrun's own
+// memory region. Precision fp32, or bf16 (on CPUs with AVX512_BF16 or AMX):
+// activations and their gradients in bf16, convolution and pooling in
+// oneDNN's bf16 kernels with fp32 accumulation; parameters, gradients and
+// optimizer state stay fp32 (each convolution keeps bf16 copies of its
+// weight, remade after every update: weights_version()); batch-norm sums,
+// the fc layer and the loss in fp32. The op families are in conv.cpp, batchnorm.cpp (xrun's own
 // loops on those layouts, not oneDNN's), pooling.cpp, linear.cpp, loss.cpp,
 // pointwise.cpp and optimizer.cpp.
 #pragma once
@@ -11,6 +17,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <tuple>
@@ -65,7 +72,9 @@ struct Reorder {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads);
+  // Throws std::runtime_error for a precision this CPU cannot train in
+  // (bf16 without AVX512_BF16 or AMX; fp16 and tf32 everywhere).
+  explicit CpuBackend(int threads, Precision precision = Precision::fp32);
   ~CpuBackend() override;
 
   std::string name() const override { return "cpu"; }
@@ -106,9 +115,10 @@ class CpuBackend final : public Backend {
   dnnl::engine& engine() { return engine_; }
   dnnl::stream& stream() { return stream_; }
   dnnl::primitive_attr attr();  // user scratchpad
-  // Declares a tensor of `md` in `role`'s region; bound by allocate().
+  // Declares a tensor of `md` in `role`'s region; bound by allocate(). Its
+  // dtype is md's data type unless given.
   CpuTensor* declare(const std::string& name, std::vector<int64_t> dims, const memory::desc& md,
-                     TensorRole role, DType dtype = DType::f32);
+                     TensorRole role, std::optional<DType> dtype = std::nullopt);
   // Declares a parameter and its gradient at the same offset of their regions.
   std::pair<CpuTensor*, CpuTensor*> declare_parameter(const std::string& name,
                                                       std::vector<int64_t> dims,
@@ -124,6 +134,18 @@ class CpuBackend final : public Backend {
   void declare_mirror(const std::string& name);
   float* mirror_region(const std::string& name);
   int threads() const { return threads_; }
+  Precision precision() const { return precision_; }
+  // The data type of activations and their gradients: f32, or bf16.
+  memory::data_type activation_type() const { return act_type_; }
+  // The layout a convolution's output asks for: oneDNN's choice (any), or
+  // NHWC for bf16 on AMX, where oneDNN's AMX kernels (brgconv) take only
+  // NHWC and would otherwise lose to its AVX512_BF16 ones on blocked data.
+  memory::desc activation_md(const memory::dims& dims) const;
+  // Counts changes to the parameter region (optimizer steps, write() of a
+  // parameter), so ops keeping converted copies of a weight (bf16) know
+  // when to remake them.
+  uint64_t weights_version() const { return weights_version_; }
+  void weights_changed() { ++weights_version_; }
 
  private:
   char* allocate_region(size_t bytes);
@@ -131,6 +153,10 @@ class CpuBackend final : public Backend {
   dnnl::reorder& exchange_reorder(const memory::desc& md, bool to_canonical);
 
   int threads_;
+  Precision precision_;
+  memory::data_type act_type_;
+  bool nhwc_activations_ = false;  // bf16 on AMX
+  uint64_t weights_version_ = 1;
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::deque<CpuTensor> tensors_;  // stable addresses
@@ -151,12 +177,16 @@ class CpuBackend final : public Backend {
 
 // Memory descriptor helpers.
 memory::desc plain_md(const memory::dims& dims, memory::data_type dt = memory::data_type::f32);
-memory::desc any_md(const memory::dims& dims);
+memory::desc any_md(const memory::dims& dims, memory::data_type dt = memory::data_type::f32);
+// The DType of a oneDNN data type (f32, bf16, s32, u8).
+DType dtype_of(memory::data_type dt);
 // Does `md` keep elements in canonical (row-major, unpadded) order?
 bool is_plain(const memory::desc& md);
 
-// dst[i] += src[i] (pointwise.cpp), vectorised for the machine.
+// dst[i] += src[i] (pointwise.cpp), vectorised for the machine; the bf16
+// form adds in fp32 and rounds to nearest even.
 void add_floats(float* dst, const float* src, int64_t n);
+void add_bf16(uint16_t* dst, const uint16_t* src, int64_t n);
 
 // Op factories, one per file.
 std::unique_ptr<ConvOp> make_conv(CpuBackend& be, const std::string& name, const ConvShape& shape,

@@ -82,6 +82,7 @@ class CpuOptimizer final : public OptimizerOp {
       if (bad) return;
     }
     update(0, n);
+    be_.weights_changed();
     end_of_step();
   }
 
@@ -97,6 +98,7 @@ class CpuOptimizer final : public OptimizerOp {
       update(static_cast<int64_t>(p->offset / sizeof(float)),
              static_cast<int64_t>(p->bytes / sizeof(float)));
     }
+    be_.weights_changed();
   }
 
   void zero_grad() override {

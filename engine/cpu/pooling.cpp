@@ -1,6 +1,7 @@
 // engine/cpu/pooling.cpp: max pooling (3x3/2 pad 1 in the stem; its
 // workspace of argmax positions kept for backward) and global average
-// pooling to [N, C], both on oneDNN pooling primitives.
+// pooling to [N, C], both on oneDNN pooling primitives, in the input's type
+// (f32 or bf16).
 #include <stdexcept>
 
 #include "engine/cpu/cpu_backend.h"
@@ -28,7 +29,9 @@ class CpuPool final : public PoolOp, public CpuOp {
     const memory::dims y_dims = {n, c, oh, ow};
 
     fwd_pd_ = dnnl_compat::pooling_forward(be.engine(), be.attr(), prop_kind::forward_training,
-                                           alg, x->md, any_md(y_dims), st, k, p);
+                                           alg, x->md,
+                                           any_md(y_dims, dnnl_compat::data_type_of(x->md)), st,
+                                           k, p);
     fwd_ = pooling_forward(fwd_pd_);
     inf_pd_ = dnnl_compat::pooling_forward(be.engine(), be.attr(), prop_kind::forward_inference,
                                            alg, x->md, fwd_pd_.dst_desc(), st, k, p);

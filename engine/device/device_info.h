@@ -80,6 +80,12 @@ struct CpuInfo {
   // bf16 convolutions ran 3-5x its fp32 ones at 224x224; with avx512_bf16
   // alone 0.6x (bench/README.md).
   std::string bf16_kernels;
+  // What xrun's CPU engine trains in here: fp32, and bf16 where there are
+  // bf16 kernels.
+  std::vector<std::string> train_precisions() const {
+    if (bf16_kernels.empty()) return {"fp32"};
+    return {"fp32", "bf16"};
+  }
 };
 
 // CpuInfo::bf16_kernels for oneDNN's effective ISA (its values are nested

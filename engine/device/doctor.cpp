@@ -111,7 +111,7 @@ nlohmann::json to_json(const CudaInfo& cuda, const CpuInfo& cpu) {
               {"onednn_version", cpu.onednn_version},
               {"onednn_isa", cpu.onednn_isa},
               {"bf16_kernels", cpu.bf16_kernels},
-              {"train_precisions", {"fp32"}}};
+              {"train_precisions", cpu.train_precisions()}};
   return j;
 }
 
@@ -183,11 +183,11 @@ void print_text(std::ostream& out, const CudaInfo& cuda, const CpuInfo& cpu,
       << cpu.physical_cores << " physical)\n";
   out << "  Flags:        " << cpu.flags_summary << "\n";
   out << "oneDNN:         " << cpu.onednn_version << ", ISA " << cpu.onednn_isa << "\n";
-  out << "  Trains in:    fp32 (bf16 kernels here: "
-      << (cpu.bf16_kernels == "amx"           ? "AMX"
-          : cpu.bf16_kernels == "avx512_bf16" ? "AVX512_BF16 without AMX, slower than fp32 in oneDNN"
-                                              : "none")
-      << "; xrun's CPU engine has no bf16 path yet)\n";
+  out << "  Trains in:    " << join(cpu.train_precisions(), ", ")
+      << (cpu.bf16_kernels == "amx"           ? " (bf16 on AMX)"
+          : cpu.bf16_kernels == "avx512_bf16" ? " (bf16 on AVX512_BF16 without AMX: slower than fp32)"
+                                              : " (no bf16 kernels here: bf16 needs AVX512_BF16 or AMX)")
+      << "\n";
 }
 
 }  // namespace

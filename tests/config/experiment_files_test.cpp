@@ -140,3 +140,25 @@ TEST_CASE("gpu-bench: 224x224, 1000 classes, fp16 and bf16", "[config][files]") 
   CHECK_FALSE(rc.train.eval);
   CHECK(rc.train.cudnn_benchmark == CudnnBenchmark::on);
 }
+
+TEST_CASE("precision bf16 on the CPU: planned where the CPU has bf16 kernels, refused naming "
+          "its ISA where not",
+          "[config][files]") {
+  const std::string toml = "name = \"b\"\n[train]\ndevice = \"cpu\"\nprecision = \"bf16\"\n";
+  PlanOptions o = cpu_options();
+  o.cpu_bf16_kernels = "amx";
+  o.cpu_isa = "avx512_core_amx";
+  CHECK(plan_text(toml, o).runs.at(0).config.at("train").at("precision") == "bf16");
+  o.cpu_bf16_kernels = "";
+  o.cpu_isa = "avx2";
+  try {
+    plan_text(toml, o);
+    FAIL("expected an error");
+  } catch (const ExperimentError& e) {
+    CHECK(e.key == "train.precision");
+    CHECK(e.line == 4);
+    CHECK_THAT(e.what(), Catch::Contains("run 0: precision 'bf16' on the CPU needs oneDNN's bf16 "
+                                         "kernels (a CPU with AVX512_BF16 or AMX); oneDNN's ISA on "
+                                         "this CPU is avx2"));
+  }
+}

@@ -60,7 +60,9 @@
 
 #include "cuda_test_util.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/device/device_info.h"
 #include "engine/torch_parity.h"
+#include "skip.h"
 
 using namespace xrun;
 using namespace xrun::cudatest;
@@ -68,8 +70,6 @@ namespace parity = xrun::testing::parity;
 
 namespace {
 
-using parity::kNmseCap;
-using parity::nmse_budget;
 
 const nlohmann::json& fixture() {
   static const nlohmann::json f = parity::load_fixture();
@@ -111,47 +111,43 @@ void fp32_parity(int run_index) {
 void budget_compare(int run_index, const std::string& precision) {
   const nlohmann::json& run = fixture().at("runs").at(run_index);
   const std::string arch = run.at("arch");
-  const Outputs& want = cpu_outputs(run_index);
   auto be = gpu(precision);
-  int judged = 0, beyond_cap = 0;
-  double worst_ratio = -1, worst_nmse = 0, worst_threshold = 0;
-  std::string worst_what;
-  bool all_ok = true;
-  auto visit = [&](const std::string& what, const std::vector<float>& x,
-                   const nlohmann::json& ref) {
-    REQUIRE(want.count(what));
-    const std::vector<float>& cpu_values = want.at(what);
-    REQUIRE(x.size() == cpu_values.size());
-    const double threshold = nmse_budget(ref, precision);
-    const double e = nmse(x, cpu_values);
-    const bool judge = threshold <= kNmseCap;
-    if (print_errors())
-      std::printf("budget %-5s %-60s nmse %.3g threshold %.3g%s\n", precision.c_str(),
-                  what.c_str(), e, threshold, judge ? "" : " (beyond the cap: not judged)");
-    INFO(precision << " " << what << ": NMSE against the CPU " << e << ", budget " << threshold);
-    CHECK(std::isfinite(e));
-    all_ok = all_ok && std::isfinite(e);
-    if (!judge) {
-      ++beyond_cap;
-      return;
-    }
-    ++judged;
-    CHECK(e <= threshold);
-    all_ok = all_ok && e <= threshold;
-    const double ratio = e / threshold;
-    if (!(ratio <= worst_ratio)) {
-      worst_ratio = ratio;
-      worst_nmse = e;
-      worst_threshold = threshold;
-      worst_what = what;
-    }
-  };
-  parity::run_fixture(*be, run, visit, precision == "fp16" ? parity::kFp16LossScale : 1.0f);
-  CHECK(judged > 0);
+  const parity::BudgetResult r = parity::budget_compare(
+      *be, run, precision, cpu_outputs(run_index),
+      precision == "fp16" ? parity::kFp16LossScale : 1.0f);
   record({"step", precision,
-          arch + " vs CPU, " + std::to_string(judged) + " judged, " + std::to_string(beyond_cap) +
-              " beyond cap; worst " + without_arch(worst_what, arch),
-          "nmse", worst_nmse, worst_threshold, all_ok && judged > 0});
+          arch + " vs CPU, " + std::to_string(r.judged) + " judged, " +
+              std::to_string(r.beyond_cap) + " beyond cap; worst " +
+              without_arch(r.worst_what, arch),
+          "nmse", r.worst_nmse, r.worst_threshold, r.all_ok});
+}
+
+// bf16 against the CPU engine's own bf16 (issue 22): the same run, both
+// engines rounding activations to bf16, each within the emulated bf16
+// budget of float64 (the CPU's is checked in tests/engine/
+// bf16_parity_test.cpp), so at most twice that budget apart. Where this CPU
+// has no bf16 kernels the case is skipped, not passed.
+void cpu_bf16_compare(int run_index) {
+  const std::string kernels =
+      bf16_kernels_for_isa(static_cast<unsigned>(dnnl_get_effective_cpu_isa()));
+  if (kernels.empty())
+    XRUN_SKIP("this CPU has no oneDNN bf16 kernels (AVX512_BF16 or AMX): no CPU bf16 to compare with");
+  const nlohmann::json& run = fixture().at("runs").at(run_index);
+  const std::string arch = run.at("arch");
+  auto be = gpu("bf16");  // skips first where there is no GPU
+  Outputs cpu_bf16;
+  {
+    cpu::CpuBackend cpu(0, Precision::bf16);
+    parity::run_fixture(cpu, run,
+                        [&](const std::string& what, const std::vector<float>& x,
+                            const nlohmann::json&) { cpu_bf16[what] = x; });
+  }
+  const parity::BudgetResult r =
+      parity::budget_compare(*be, run, "bf16", cpu_bf16, 1.0f, 2.0);
+  record({"step", "bf16",
+          arch + " vs CPU bf16 (" + kernels + "), " + std::to_string(r.judged) + " judged; worst " +
+              without_arch(r.worst_what, arch),
+          "nmse", r.worst_nmse, r.worst_threshold, r.all_ok});
 }
 
 }  // namespace
@@ -174,4 +170,11 @@ TEST_CASE("cuda tf32/fp16/bf16 resnet18: three SGD steps within the error budget
 TEST_CASE("cuda tf32/fp16/bf16 resnet50: three SGD steps within the error budget of the CPU",
           "[cuda][parity]") {
   for (const char* p : {"tf32", "fp16", "bf16"}) budget_compare(1, p);
+}
+
+TEST_CASE("cuda bf16 resnet18 and resnet50: three SGD steps within twice the bf16 budget of "
+          "the CPU engine's bf16",
+          "[cuda][parity][bf16]") {
+  cpu_bf16_compare(0);
+  cpu_bf16_compare(1);
 }

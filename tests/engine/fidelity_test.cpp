@@ -43,7 +43,9 @@
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/device/device_info.h"
 #include "engine/model/resnet.h"
+#include "skip.h"
 #include "torch_fixtures.h"
 
 using namespace xrun;
@@ -95,11 +97,20 @@ struct Family {
   double torch_max() const { return torch_rel().back(); }
 };
 
-// The fixture's pass on the CPU engine, and its errors per family.
+// The fixture's pass on the CPU engine, and its errors per family. bf16: the
+// CPU engine in bf16, judged beside PyTorch's bf16 autocast
+// (torch_fidelity_bf16.json) rather than its fp32.
 class FidelityRun {
  public:
-  FidelityRun() : f_(testing::load_fixture("torch_fidelity.json")),
-                  full_(load_float64("torch_fidelity.f64")) {
+  explicit FidelityRun(Precision precision = Precision::fp32)
+      : f_(testing::load_fixture("torch_fidelity.json")),
+        full_(load_float64("torch_fidelity.f64")),
+        be_(2, precision) {
+    if (precision == Precision::bf16) {
+      const nlohmann::json bf16 = testing::load_fixture("torch_fidelity_bf16.json");
+      for (const char* group : {"logits", "running_stats", "grads"})
+        for (const auto& t : bf16.at(group)) torch_bf16_[t.at("name").get<std::string>()] = t;
+    }
     const int64_t n = f_.at("batch"), size = f_.at("image_size");
     ModelSpec spec;
     spec.arch = f_.at("arch");
@@ -145,9 +156,12 @@ class FidelityRun {
         off += std::fabs(adamw_first_step(x[i], eps) - adamw_first_step(r[i], eps)) > off_limit;
       }
       const double l2 = t.at("l2");
-      const auto torch_err = t.at("err32_l2").get<std::vector<double>>();
-      const auto torch_off = group == "grads" ? t.at("adamw_off32").get<std::vector<int64_t>>()
-                                              : std::vector<int64_t>(torch_err.size(), 0);
+      const bool bf16 = !torch_bf16_.empty();
+      const nlohmann::json& torch_run = bf16 ? torch_bf16_.at(name) : t;
+      const auto torch_err = torch_run.at(bf16 ? "err_l2" : "err32_l2").get<std::vector<double>>();
+      const auto torch_off =
+          group == "grads" ? torch_run.at(bf16 ? "adamw_off" : "adamw_off32").get<std::vector<int64_t>>()
+                           : std::vector<int64_t>(torch_err.size(), 0);
       if (group != "grads") off = 0;
       Family& fam = families[family_of(name)];
       fam.torch_err2.resize(torch_err.size()), fam.torch_off.resize(torch_err.size());
@@ -176,15 +190,16 @@ class FidelityRun {
 
   nlohmann::json f_;
   std::vector<double> full_;
-  cpu::CpuBackend be_{2};
+  std::map<std::string, nlohmann::json> torch_bf16_;  // by tensor name; empty for fp32
+  cpu::CpuBackend be_;
   std::unique_ptr<ResNet> model_;
   std::map<std::string, const StateEntry*> by_name_;
 };
 
 // Prints one family per row: xrun's error, then each PyTorch configuration's.
-void print_table(const std::map<std::string, Family>& families, bool adamw) {
-  std::printf("%-18s %7s %8s %10s  %s\n", "", "tensors", "elements", "xrun",
-              "PyTorch fp32 (sorted)");
+void print_table(const std::map<std::string, Family>& families, bool adamw,
+                 const char* torch = "PyTorch fp32") {
+  std::printf("%-18s %7s %8s %10s  %s (sorted)\n", "", "tensors", "elements", "xrun", torch);
   for (const auto& [name, fam] : families) {
     std::printf("%-18s %7lld %8lld %10.3e ", name.c_str(), static_cast<long long>(fam.tensors),
                 static_cast<long long>(fam.elements), fam.xrun_rel());
@@ -237,4 +252,43 @@ TEST_CASE("CPU engine gradients: within PyTorch fp32's own spread against float6
   INFO("AdamW-step elements off by > 0.1 lr: xrun " << off << ", PyTorch fp32 up to "
                                                     << torch_worst);
   CHECK(off <= torch_worst);
+}
+
+// bf16 (issue 22): the same pass with the CPU engine in bf16, beside
+// PyTorch's CPU bf16 autocast over the same four configurations
+// (torch_fidelity_bf16.json). bf16 keeps 8 significant bits, and on these
+// closed-form weights (residual branches not damped) rounding grows through
+// 50 layers and ReLU kinks until both engines' logits sit 60-77% off
+// float64, and their gradients 120-150% off: noise larger than the values,
+// which says nothing about either engine. So the forward families (logits,
+// batch mean, batch variance) are judged: xrun within kBf16Slack of PyTorch
+// bf16's worst configuration (its four share oneDNN's kernels, so their
+// spread is narrow: 1-20%); the gradient families are printed, not judged.
+// Measured: on AMX kernels xrun's forward families land 1.00-1.03x PyTorch's
+// worst, on AVX512_BF16 kernels 0.98-1.01x. Gradients are judged where they
+// mean something: bf16_parity_test.cpp (resnet18 and a damped resnet50,
+// three steps, emulated bf16 budget), which also caught a bf16 store that
+// truncated instead of rounding (this table's families moved 2-10%).
+constexpr double kBf16Slack = 1.1;
+TEST_CASE("CPU engine in bf16: logits and batch statistics within PyTorch's bf16 autocast "
+          "spread against float64",
+          "[fidelity][bf16]") {
+  const std::string kernels = bf16_kernels_for_isa(static_cast<unsigned>(dnnl_get_effective_cpu_isa()));
+  if (kernels.empty()) {
+    XRUN_SKIP("this CPU has no oneDNN bf16 kernels (needs AVX512_BF16 or AMX; oneDNN's ISA here: "
+         << query_cpu().onednn_isa << ")");
+  }
+  std::printf("bf16 kernels: %s\n", kernels.c_str());
+  FidelityRun run(Precision::bf16);
+  auto forward = run.measure("logits");
+  forward.merge(run.measure("running_stats"));
+  print_table(forward, false, "PyTorch bf16 autocast");
+  std::printf("gradients (not judged: both engines' errors exceed the values here)\n");
+  print_table(run.measure("grads"), true, "PyTorch bf16 autocast");
+  REQUIRE(forward.size() == 3);
+  for (const auto& [name, fam] : forward) {
+    INFO(name << ": xrun bf16's relative L2 error " << fam.xrun_rel()
+              << ", PyTorch bf16 autocast's worst configuration " << fam.torch_max());
+    CHECK(fam.xrun_rel() <= kBf16Slack * fam.torch_max());
+  }
 }

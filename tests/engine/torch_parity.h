@@ -422,4 +422,61 @@ inline Result run_parity(Backend& be, const nlohmann::json& run) {
   return run_parity(be, run, [](const std::string&, const std::vector<float>&) {});
 }
 
+// ---- A reduced-precision run against reference values, by that budget ----
+// Every tensor of fixture run `run` on `be` (loss scaled by `loss_scale`)
+// against `want` (another engine's values of the same tensors, by name): its
+// NMSE within nmse_budget(ref, precision) x budget_scale^2, where the budget
+// is judgeable (at most kNmseCap before scaling); CHECKs each judged tensor,
+// that every value is finite, and that some tensors were judged.
+// budget_scale 1: `want` is an fp32 engine (its own error negligible); 2:
+// `want` is another engine at the same precision, each within the budget of
+// float64, so at most twice it apart.
+struct BudgetResult {
+  int judged = 0, beyond_cap = 0;
+  double worst_ratio = -1, worst_nmse = 0, worst_threshold = 0;
+  std::string worst_what;
+  bool all_ok = true;
+};
+
+inline BudgetResult budget_compare(Backend& be, const nlohmann::json& run,
+                                   const std::string& precision,
+                                   const std::map<std::string, std::vector<float>>& want,
+                                   float loss_scale = 1.0f, double budget_scale = 1.0) {
+  BudgetResult r;
+  const bool print = std::getenv("XRUN_TEST_ERRORS") != nullptr;
+  run_fixture(be, run,
+              [&](const std::string& what, const std::vector<float>& x, const nlohmann::json& ref) {
+                REQUIRE(want.count(what));
+                const std::vector<float>& other = want.at(what);
+                REQUIRE(x.size() == other.size());
+                const double budget = nmse_budget(ref, precision);
+                const double threshold = budget * budget_scale * budget_scale;
+                const double e = nmse(x, other);
+                const bool judge = budget <= kNmseCap;
+                if (print)
+                  std::printf("budget %-5s %-60s nmse %.3g threshold %.3g%s\n", precision.c_str(),
+                              what.c_str(), e, threshold,
+                              judge ? "" : " (beyond the cap: not judged)");
+                INFO(precision << " " << what << ": NMSE " << e << ", budget " << threshold);
+                CHECK(std::isfinite(e));
+                r.all_ok = r.all_ok && std::isfinite(e);
+                if (!judge) {
+                  ++r.beyond_cap;
+                  return;
+                }
+                ++r.judged;
+                CHECK(e <= threshold);
+                r.all_ok = r.all_ok && e <= threshold;
+                const double ratio = e / threshold;
+                if (!(ratio <= r.worst_ratio)) {
+                  r.worst_ratio = ratio, r.worst_nmse = e, r.worst_threshold = threshold;
+                  r.worst_what = what;
+                }
+              },
+              loss_scale);
+  CHECK(r.judged > 0);
+  r.all_ok = r.all_ok && r.judged > 0;
+  return r;
+}
+
 }  // namespace xrun::testing::parity
