@@ -2,7 +2,7 @@
 // root for a mount, no Chromium, no NVTX headers, a GPU present). Catch2 v2
 // has no SKIP, and a case that returned early counted as passed; instead
 // XRUN_SKIP(reason) prints "skipped: <reason>", marks the case and returns,
-// and the shared main (catch_main.cpp) exits 77 when every case that ran was
+// and the shared main (catch_main.cpp; the counting is skip_counter.cpp) exits 77 when every case that ran was
 // skipped. CTest runs one case per process and reports 77 as skipped
 // (SKIP_RETURN_CODE, tests/CMakeLists.txt). A case that checked something
 // and then skips the rest (a part that needs root) is reported as skipped
@@ -13,8 +13,12 @@
 
 namespace xrun_test {
 
-// Marks the running case as skipped (read by catch_main.cpp's listener).
+// Marks the running case as skipped (read by skip_counter.cpp's listener).
 void mark_skipped();
+
+// True when at least one case ran and every case that ran was skipped: the
+// mains then exit 77.
+bool every_case_skipped();
 
 }  // namespace xrun_test
 

@@ -79,28 +79,32 @@ void Reorder::run(dnnl::stream& s) {
 // ------------------------------------------------------------- backend --
 
 namespace {
-// The activation type of a precision, or why this CPU cannot train in it.
-memory::data_type activation_type_for(Precision p) {
+// The activation type of a precision on a CPU whose oneDNN has `bf16_kernels`
+// (bf16_kernels_for_isa: "amx", "avx512_bf16" or ""), or why it cannot train
+// in it.
+memory::data_type activation_type_for(Precision p, const std::string& bf16_kernels) {
   if (p == Precision::fp32) return memory::data_type::f32;
   if (p != Precision::bf16)
     throw std::runtime_error(std::string("precision '") + to_string(p) +
                              "' needs a CUDA device; the CPU engine trains in fp32 and bf16");
-  if (bf16_kernels_for_isa(static_cast<unsigned>(dnnl_get_effective_cpu_isa())).empty())
-    throw std::runtime_error(cpu_bf16_refusal(query_cpu().onednn_isa));
+  if (bf16_kernels.empty()) throw std::runtime_error(cpu_bf16_refusal(query_cpu().onednn_isa));
   return memory::data_type::bf16;
+}
+
+std::string this_cpu_bf16_kernels() {
+  return bf16_kernels_for_isa(static_cast<unsigned>(dnnl_get_effective_cpu_isa()));
 }
 }  // namespace
 
 CpuBackend::CpuBackend(int threads, Precision precision)
     : threads_(threads > 0 ? threads : omp_get_num_procs()),
       precision_(precision),
-      act_type_(activation_type_for(precision)),
+      bf16_kernels_(this_cpu_bf16_kernels()),
+      act_type_(activation_type_for(precision, bf16_kernels_)),
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_) {
   omp_set_num_threads(threads_);
-  nhwc_activations_ =
-      precision == Precision::bf16 &&
-      bf16_kernels_for_isa(static_cast<unsigned>(dnnl_get_effective_cpu_isa())) == "amx";
+  nhwc_activations_ = precision == Precision::bf16 && bf16_kernels_ == "amx";
   pointwise_ = make_pointwise(*this);
 }
 

@@ -154,6 +154,7 @@ class CpuBackend final : public Backend {
 
   int threads_;
   Precision precision_;
+  std::string bf16_kernels_;  // bf16_kernels_for_isa of oneDNN's ISA here
   memory::data_type act_type_;
   bool nhwc_activations_ = false;  // bf16 on AMX
   uint64_t weights_version_ = 1;

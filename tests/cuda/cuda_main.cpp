@@ -9,8 +9,8 @@
 // is printed after the session as one table (as ggml's test-backend-ops
 // does): op, precision, what, measure, error, threshold, verdict. A case
 // that cannot run on this machine's CPU (XRUN_SKIP, tests/skip.h: the CPU
-// bf16 reference without bf16 kernels) is counted as catch_main.cpp counts
-// it: when every case that ran skipped, the exit code is 77.
+// bf16 reference without bf16 kernels) is counted as in every suite
+// (tests/skip_counter.cpp): when every case that ran skipped, it exits 77.
 #define CATCH_CONFIG_RUNNER
 #include "catch2_compat.h"
 
@@ -33,20 +33,6 @@ std::vector<Comparison>& comparisons() {
 }  // namespace xrun::cudatest
 
 namespace {
-
-int cases_run = 0;
-int cases_skipped = 0;
-bool current_skipped = false;
-
-struct SkipCounter : XRUN_CATCH_LISTENER_BASE {
-  using Base = XRUN_CATCH_LISTENER_BASE;
-  using Base::Base;
-  void testCaseStarting(const Catch::TestCaseInfo&) override { current_skipped = false; }
-  void testCaseEnded(const Catch::TestCaseStats&) override {
-    ++cases_run;
-    if (current_skipped) ++cases_skipped;
-  }
-};
 
 // Why no GPU can run the cases, or "" when one can.
 std::string skip_reason() {
@@ -90,10 +76,6 @@ void print_table() {
 
 }  // namespace
 
-CATCH_REGISTER_LISTENER(SkipCounter)
-
-void xrun_test::mark_skipped() { current_skipped = true; }
-
 int main(int argc, char* argv[]) {
   Catch::Session session;
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
@@ -115,6 +97,6 @@ int main(int argc, char* argv[]) {
   const int rc = session.run();
   if (!listing) print_table();
   std::fflush(stdout);
-  if (rc == 0 && cases_run > 0 && cases_skipped == cases_run) return 77;
+  if (rc == 0 && xrun_test::every_case_skipped()) return 77;
   return rc;
 }
