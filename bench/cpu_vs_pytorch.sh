@@ -4,7 +4,7 @@
 # thread count for all (default: all cores), for each configuration in
 # CONFIGS ("BATCH:SIZE ...", default "32:32 128:32 8:224": batch 32 and 128
 # of 32x32 images, batch 8 of 224x224). Engines:
-#   - xrun (bench/cpu-bench.toml);
+#   - xrun (bench/cpu-bench.toml), in fp32 and bf16;
 #   - Debian's python3-torch (/usr/bin/python3; installed with apt-get when
 #     missing and this runs as root);
 #   - PyTorch from PyPI, in a virtual environment this script creates and
@@ -12,12 +12,13 @@
 #     PYPI_PYTHON=/path/to/python uses another, PYPI_PYTHON=none skips it;
 # PyTorch in channels_last and contiguous layouts, AdamW fused where the
 # build has it (bench/pytorch_resnet50.py), in fp32 and, where the CPU has
-# bf16 instructions (avx512_bf16 or amx_bf16), with bf16 autocast as well
-# (PRECISIONS="fp32" leaves it out). Every engine runs ROUNDS times,
-# interleaved (a noisy machine then hurts all alike). Per configuration the
-# table shows each engine's median round, its range, and xrun's ratio to it:
-# the median of the per-round ratios (round i of xrun over round i of the
-# engine) with their range. Not a CI test: run it on a quiet machine and
+# bf16 instructions (avx512_bf16 or amx_bf16), with bf16 autocast as well,
+# and xrun in bf16 (PRECISIONS="fp32" leaves bf16 out). Every engine runs
+# ROUNDS times, interleaved (a noisy machine then hurts all alike). Per
+# configuration the table shows each engine's median round, its range, and
+# a ratio: for a PyTorch row, xrun of the same precision over it; for xrun
+# bf16, itself over xrun fp32; the median of the per-round ratios (round i
+# over round i) with their range. Not a CI test: run it on a quiet machine and
 # record the figures in bench/README.md.
 #   bench/cpu_vs_pytorch.sh [THREADS] [ROUNDS]
 set -euo pipefail
@@ -54,7 +55,8 @@ if [[ " $precisions " == *" bf16 "* ]] && ! grep -qwE "avx512_bf16|amx_bf16" /pr
   echo "this CPU has no bf16 instructions (avx512_bf16, amx_bf16): PyTorch's bf16 autocast is left out" >&2
   precisions="${precisions//bf16/}"
 fi
-engines=("xrun")
+engines=()
+for p in $precisions; do engines+=("xrun $p"); done
 for py in /usr/bin/python3 "$pypi"; do
   [ "$py" != none ] && has_torch "$py" || continue
   for p in $precisions; do engines+=("$py channels_last $p" "$py contiguous $p"); done
@@ -64,13 +66,14 @@ done
 measure() {  # ENGINE BATCH SIZE
   local batch="$2" size="$3" warmup=5 steps=30
   if [ "$size" -gt 64 ]; then warmup=3 steps=10; fi
-  if [ "$1" = "xrun" ]; then
-    local db="$work/round-$RANDOM$RANDOM.db"
+  if [[ "$1" == xrun* ]]; then
+    local db="$work/round-$RANDOM$RANDOM.db" precision="${1#xrun }"
     "$xrun" run bench/cpu-bench.toml --db "$db" --set train.threads="$threads" \
       --set train.batch_size="$batch" --set data.image_size="$size" \
+      --set train.precision="$precision" \
       --set measure.warmup_steps="$warmup" --set measure.measure_steps="$steps" >/dev/null 2>&1
     sqlite3 -separator ' ' "$db" \
-      "SELECT throughput, step_ms_median, 'xrun fp32 (oneDNN ' || onednn || ')' FROM runs"
+      "SELECT throughput, step_ms_median, 'xrun $precision (oneDNN ' || onednn || ')' FROM runs"
   else
     set -- $1
     "$1" bench/pytorch_resnet50.py --threads "$threads" --memory-format "$2" --precision "$3" \
@@ -91,26 +94,31 @@ for config in $configs; do
   done
 done
 
-python3 - "$work" "${#engines[@]}" "$configs" <<'PY'
+python3 - "$work" "$configs" "${engines[@]}" <<'PY'
 import statistics, sys
-work, n, configs = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+work, configs, engines = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
+# The ratio column: a PyTorch row, xrun of that precision over it (xrun's
+# speed-up); xrun's bf16 row, itself over xrun fp32; per round, then median.
+def ratio_of(e):  # (numerator engine, denominator engine) or None
+    precision = engines[e].split()[-1]
+    if engines[e].startswith("xrun"):
+        return (e, 0) if e != 0 else None
+    same = "xrun " + precision
+    return (engines.index(same), e) if same in engines else None
 for config in configs:
     batch, size = config.split(":")
     print(f"\nbatch {batch}, {size}x{size}")
-    rounds = []
-    for e in range(n):
-        lines = [l.strip().split(None, 2) for l in open(f"{work}/{config}-engine-{e}.txt") if l.strip()]
-        rounds.append(lines)
-    xrun_ips = [float(l[0]) for l in rounds[0]]
-    print(f"{'engine':64} {'img/s':>7} {'range':>9} {'median ms':>9} {'xrun is':>8} {'range':>11}")
-    for lines in rounds:
+    rounds = [[l.strip().split(None, 2) for l in open(f"{work}/{config}-engine-{e}.txt") if l.strip()]
+              for e in range(len(engines))]
+    print(f"{'engine':64} {'img/s':>7} {'range':>9} {'median ms':>9} {'ratio':>8} {'range':>11}")
+    for e, lines in enumerate(rounds):
         ips = [float(l[0]) for l in lines]
         ms = statistics.median(float(l[1]) for l in lines)
         spread = f"{min(ips):.0f}-{max(ips):.0f}"
-        if lines is rounds[0]:
-            ratio = ratio_range = "-"
-        else:
-            per_round = [x / p for x, p in zip(xrun_ips, ips)]
+        ratio = ratio_range = "-"
+        if (pair := ratio_of(e)) is not None:
+            num, den = ([float(l[0]) for l in rounds[i]] for i in pair)
+            per_round = [a / b for a, b in zip(num, den)]
             ratio = f"{statistics.median(per_round):.2f}x"
             ratio_range = f"{min(per_round):.2f}-{max(per_round):.2f}"
         print(f"{lines[0][2]:64} {statistics.median(ips):7.1f} {spread:>9} {ms:9.1f} {ratio:>8} {ratio_range:>11}")

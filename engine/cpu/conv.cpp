@@ -9,7 +9,9 @@
 // convolutions into them) is a sum of matrix products, one per kernel tap
 // and output pixel where the tap meets the input (CpuConvAsGemm). As sgemm
 // calls it runs 3-10x faster than the direct convolution's kernels at such
-// shapes (backward-weights above all: its reduction is only N long).
+// shapes (backward-weights above all: its reduction is only N long). In
+// bf16 on AMX the same shapes run as three matmuls over an im2col matrix
+// (conv_gemm_bf16.cpp): oneDNN's AMX kernels want whole contiguous products.
 #include <cstring>
 #include <stdexcept>
 
@@ -93,7 +95,10 @@ class CpuConv final : public ConvOp, public CpuOp {
       if (w_reorder_.needed)
         w_tmp_ = be.declare(name + ".w_bwd", weight->dims, bwd_pd_.weights_desc(),
                             TensorRole::workspace);
+      be.note_kernel("conv bwd_data", bwd_pd_.impl_info_str());
     }
+    be.note_kernel("conv fwd", fwd_pd_.impl_info_str());
+    be.note_kernel("conv bwd_weights", bww_pd_.impl_info_str());
     be.register_op(this);
   }
 
@@ -273,7 +278,10 @@ class CpuConvAsGemm final : public ConvOp, public CpuOp {
                               memory::dims{1, hw_ * n, sh.w * n, n});
       dx_t_ = be.declare(name + ".dx_t", x->dims, dx_t, TensorRole::workspace);
       scatter_.make(be.engine(), dx_t, dx->md, true);
+      be.note_kernel("conv bwd_data", "dnnl_sgemm");
     }
+    be.note_kernel("conv fwd", "dnnl_sgemm");
+    be.note_kernel("conv bwd_weights", "dnnl_sgemm");
     be.register_op(this);
   }
 
@@ -389,10 +397,12 @@ class CpuConvAsGemm final : public ConvOp, public CpuOp {
 
 // A small output: a 1x1 one whose [N, K] values fill a row-major matrix in
 // the layout the next op gets (channels a multiple of the block), or up to
-// kMaxGemmPixels pixels, written in NHWC.
+// kMaxGemmPixels pixels, written in NHWC. In bf16 only on NHWC input (AMX:
+// conv_gemm_bf16.cpp); blocked bf16 (AVX512_BF16 alone) keeps oneDNN's
+// direct kernels.
 bool is_gemm_conv(const ConvShape& sh, const CpuTensor* x) {
-  if (x->dtype != DType::f32) return false;  // bf16: oneDNN's direct kernels throughout
   const int64_t pixels = sh.out_h() * sh.out_w();
+  if (x->dtype == DType::bf16) return pixels <= kMaxGemmPixels && is_gemm_conv_bf16_input(x);
   if (pixels == 1) return is_flat_nc(like_layout(x->md, {sh.n, sh.k, 1, 1}));
   return pixels <= kMaxGemmPixels;
 }
@@ -401,8 +411,9 @@ bool is_gemm_conv(const ConvShape& sh, const CpuTensor* x) {
 
 std::unique_ptr<ConvOp> make_conv(CpuBackend& be, const std::string& name, const ConvShape& shape,
                                   CpuTensor* x, CpuTensor* dx) {
-  if (is_gemm_conv(shape, x)) return std::make_unique<CpuConvAsGemm>(be, name, shape, x, dx);
-  return std::make_unique<CpuConv>(be, name, shape, x, dx);
+  if (!is_gemm_conv(shape, x)) return std::make_unique<CpuConv>(be, name, shape, x, dx);
+  if (x->dtype == DType::bf16) return make_conv_gemm_bf16(be, name, shape, x, dx);
+  return std::make_unique<CpuConvAsGemm>(be, name, shape, x, dx);
 }
 
 }  // namespace xrun::cpu

@@ -115,6 +115,17 @@ CpuBackend::~CpuBackend() {
 Environment CpuBackend::environment() const {
   Environment env = collect_environment("cpu");
   env.fields["cpu_threads"] = std::to_string(threads_);
+  // "conv fwd: brg_conv_fwd:avx512_core_amx x40, matmul brg:avx512_core_amx x13; ..."
+  std::string kernels;
+  for (const auto& [pass, impls] : kernels_) {
+    kernels += (kernels.empty() ? "" : "; ") + pass + ":";
+    const char* sep = " ";
+    for (const auto& [impl, ops] : impls) {
+      kernels += sep + impl + " x" + std::to_string(ops);
+      sep = ", ";
+    }
+  }
+  if (!kernels.empty()) env.fields["onednn_kernels"] = kernels;
   return env;
 }
 

@@ -146,6 +146,10 @@ class CpuBackend final : public Backend {
   // when to remake them.
   uint64_t weights_version() const { return weights_version_; }
   void weights_changed() { ++weights_version_; }
+  // Notes the kernel one pass of an op runs ("conv fwd" and a primitive's
+  // impl_info_str(), or xrun's own), counted into the environment's
+  // onednn_kernels field: what ran, stored with the run.
+  void note_kernel(const std::string& pass, const std::string& impl) { ++kernels_[pass][impl]; }
 
  private:
   char* allocate_region(size_t bytes);
@@ -158,6 +162,7 @@ class CpuBackend final : public Backend {
   memory::data_type act_type_;
   bool nhwc_activations_ = false;  // bf16 on AMX
   uint64_t weights_version_ = 1;
+  std::map<std::string, std::map<std::string, int>> kernels_;  // pass -> impl -> ops
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::deque<CpuTensor> tensors_;  // stable addresses
@@ -192,6 +197,10 @@ void add_bf16(uint16_t* dst, const uint16_t* src, int64_t n);
 // Op factories, one per file.
 std::unique_ptr<ConvOp> make_conv(CpuBackend& be, const std::string& name, const ConvShape& shape,
                                   CpuTensor* x, CpuTensor* dx);
+// The small-output convolution in bf16 (conv_gemm_bf16.cpp), for NHWC bf16 x.
+bool is_gemm_conv_bf16_input(const CpuTensor* x);
+std::unique_ptr<ConvOp> make_conv_gemm_bf16(CpuBackend& be, const std::string& name,
+                                            const ConvShape& shape, CpuTensor* x, CpuTensor* dx);
 std::unique_ptr<BatchNormOp> make_batch_norm(CpuBackend& be, const std::string& name,
                                              CpuTensor* x, CpuTensor* dx, BnActivation act,
                                              CpuTensor* residual, CpuTensor* d_residual);

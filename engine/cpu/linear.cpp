@@ -66,7 +66,10 @@ class CpuLinear final : public LinearOp, public CpuOp {
       if (w_reorder_.needed)
         w_tmp_ = be.declare(name + ".w_bwd", {out, in}, bwd_pd_.weights_desc(),
                             TensorRole::workspace);
+      be.note_kernel("fc bwd_data", bwd_pd_.impl_info_str());
     }
+    be.note_kernel("fc fwd", fwd_pd_.impl_info_str());
+    be.note_kernel("fc bwd_weights", bww_pd_.impl_info_str());
     be.register_op(this);
   }
 

@@ -39,6 +39,8 @@ class CpuPool final : public PoolOp, public CpuOp {
     bwd_pd_ = dnnl_compat::pooling_backward(be.engine(), be.attr(), alg, x->md,
                                             fwd_pd_.dst_desc(), st, k, p, fwd_pd_);
     bwd_ = pooling_backward(bwd_pd_);
+    be.note_kernel("pool fwd", fwd_pd_.impl_info_str());
+    be.note_kernel("pool bwd", bwd_pd_.impl_info_str());
     for (const auto& sp : {fwd_pd_.scratchpad_desc(), inf_pd_.scratchpad_desc(),
                            bwd_pd_.scratchpad_desc()})
       be.need_scratchpad(sp);

@@ -48,7 +48,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/cpu/bf16.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/device/device_info.h"
 #include "op_test_util.h"
 #include "reference_ops.h"
 #include "skip.h"
@@ -239,6 +241,71 @@ TEST_CASE("cpu conv: forward, backward-data, backward-weights match the referenc
         check_close("conv.backward_weights", "dw", read(be, conv->weight_grad),
                     ref::conv2d_backward_weights(sh, to_double(x), to_double(dy)), kConvTol);
       }
+    }
+  }
+}
+
+// bf16 on NHWC input (the model's layout on AMX) with a small output: the
+// im2col matmuls of conv_gemm_bf16.cpp, checked per element against the
+// double reference on the values the conv reads (x, w and dy rounded to
+// bf16). y and dx are rounded to bf16 once (relative 2^-9) after fp32 sums:
+// atol 1e-4, rtol 4e-3; dw stays fp32: kConvTol. Each shape takes a
+// different branch: taps in padding, a stride-2 gather, a tap range with
+// dead taps (the centre alone at 1x1), x used directly (1x1 stride 1).
+TEST_CASE("cpu conv in bf16 with a small output (im2col matmuls) matches the reference",
+          "[ops][conv][bf16]") {
+  const std::string kernels =
+      xrun::bf16_kernels_for_isa(static_cast<unsigned>(dnnl_get_effective_cpu_isa()));
+  if (kernels.empty()) XRUN_SKIP("this CPU has no oneDNN bf16 kernels (needs AVX512_BF16 or AMX)");
+  constexpr Tol kBf16Rounded{1e-4, 4e-3};
+  const std::vector<ConvShape> shapes = {
+      {.n = 2, .c = 16, .h = 2, .w = 2, .k = 32, .r = 3, .s = 3, .stride = 1, .pad = 1},
+      {.n = 3, .c = 32, .h = 2, .w = 2, .k = 16, .r = 1, .s = 1, .stride = 1, .pad = 0},
+      {.n = 2, .c = 16, .h = 4, .w = 4, .k = 32, .r = 3, .s = 3, .stride = 2, .pad = 1},
+      {.n = 2, .c = 32, .h = 4, .w = 3, .k = 16, .r = 1, .s = 1, .stride = 2, .pad = 0},
+      {.n = 3, .c = 32, .h = 1, .w = 1, .k = 48, .r = 3, .s = 3, .stride = 1, .pad = 1},
+      {.n = 2, .c = 16, .h = 2, .w = 2, .k = 32, .r = 3, .s = 3, .stride = 2, .pad = 1},
+      {.n = 3, .c = 8, .h = 1, .w = 4, .k = 16, .r = 3, .s = 3, .stride = 1, .pad = 1},
+  };
+  const auto rounded = [](std::vector<float> v) {
+    for (float& f : v) f = xrun::cpu::bf16_to_float(xrun::cpu::float_to_bf16(f));
+    return v;
+  };
+  Rng rng(4321);
+  for (const ConvShape& sh : shapes) {
+    CpuBackend be(2, xrun::Precision::bf16);
+    const dnnl::memory::desc md({sh.n, sh.c, sh.h, sh.w}, dnnl::memory::data_type::bf16,
+                                dnnl::memory::format_tag::nhwc);
+    Tensor* x_t = be.declare("x", {sh.n, sh.c, sh.h, sh.w}, md, TensorRole::activation);
+    Tensor* dx_t = be.declare("dx", {sh.n, sh.c, sh.h, sh.w}, md, TensorRole::activation_grad);
+    auto conv = be.conv("conv", sh, x_t, dx_t);
+    be.allocate();
+    INFO("bf16 conv n" << sh.n << " c" << sh.c << " " << sh.h << "x" << sh.w << " -> k" << sh.k
+                       << " " << sh.r << "x" << sh.s << "/" << sh.stride << " pad " << sh.pad);
+    // The GEMM path keeps the master weight [R][S][C][K]; oneDNN's direct
+    // bf16 convolution keeps it in its backward-weights layout.
+    const dnnl::memory::desc rsck({sh.k, sh.c, sh.r, sh.s}, dnnl::memory::data_type::f32,
+                                  dnnl::memory::dims{1, sh.k, sh.s * sh.c * sh.k, sh.c * sh.k});
+    REQUIRE(xrun::cpu::as_cpu(conv->weight)->md == rsck);
+    for (int round = 1; round <= 2; ++round) {  // new values each round (stale copies fail)
+      INFO("round " << round);
+      const auto x = rng.floats(x_t->numel(), -1, 1);
+      const auto w = rng.floats(conv->weight->numel(), -0.5f, 0.5f);
+      const auto dy = rng.floats(conv->y->numel(), -1, 1);
+      write(be, x_t, x);
+      write(be, conv->weight, w);
+      write(be, conv->dy, dy);
+      const ref::Vec xr = to_double(rounded(x)), wr = to_double(rounded(w)),
+                     dyr = to_double(rounded(dy));
+      conv->forward();
+      check_close("conv.bf16.forward", "y", read(be, conv->y), ref::conv2d_forward(sh, xr, wr),
+                  kBf16Rounded);
+      conv->backward_data();
+      check_close("conv.bf16.backward_data", "dx", read(be, dx_t),
+                  ref::conv2d_backward_data(sh, dyr, wr), kBf16Rounded);
+      conv->backward_weights();
+      check_close("conv.bf16.backward_weights", "dw", read(be, conv->weight_grad),
+                  ref::conv2d_backward_weights(sh, xr, dyr), kConvTol);
     }
   }
 }

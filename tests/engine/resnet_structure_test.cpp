@@ -4,7 +4,13 @@
 // the parameter counts, for resnet18/34/50/101/152 with 10 and 1000 classes.
 #include "catch2_compat.h"
 
+#include <algorithm>
+#include <map>
+#include <regex>
+#include <set>
+
 #include "engine/cpu/cpu_backend.h"
+#include "engine/device/device_info.h"
 #include "engine/model/resnet.h"
 #include "torch_fixtures.h"
 
@@ -108,4 +114,52 @@ TEST_CASE("initialisation follows torchvision", "[model]") {
   CHECK(values("layer3.0.conv2.weight") == again);
   model.init_parameters(8);
   CHECK(values("layer3.0.conv2.weight") != again);
+}
+
+// The run's environment names the kernel every pass of every op runs
+// (onednn_kernels: "conv fwd: IMPL xN, ...; conv bwd_data: ..."), so a stored
+// run says what ran. resnet18 has 20 convolutions (conv1 without dx), one
+// fc, two poolings; at 32x32 its layer3 and layer4 run as GEMMs, the rest
+// as oneDNN convolutions: both must be counted. In bf16 (where this CPU
+// can) the same counts hold.
+TEST_CASE("the CPU backend names the kernel of every op in the run's environment", "[model]") {
+  const std::string bf16 = bf16_kernels_for_isa(static_cast<unsigned>(dnnl_get_effective_cpu_isa()));
+  std::vector<Precision> precisions = {Precision::fp32};
+  if (!bf16.empty()) precisions.push_back(Precision::bf16);
+  for (Precision p : precisions) {
+    INFO(to_string(p));
+    cpu::CpuBackend be(1, p);
+    ModelSpec spec;
+    spec.arch = "resnet18";
+    spec.batch = 2;
+    spec.image_size = 32;
+    ResNet model(be, spec);
+    const std::string kernels = be.environment().get("onednn_kernels");
+    INFO(kernels);
+    std::map<std::string, int> ops;  // pass -> ops counted
+    std::set<std::string> impls;
+    const std::regex pass_re(R"((?:^|; )([a-z_ ]+): ([^;]+))"), impl_re(R"(([^,]+) x(\d+))");
+    for (std::sregex_iterator it(kernels.begin(), kernels.end(), pass_re), end; it != end; ++it) {
+      const std::string pass = (*it)[1], list = (*it)[2];
+      for (std::sregex_iterator jt(list.begin(), list.end(), impl_re); jt != end; ++jt) {
+        std::string impl = (*jt)[1];
+        impl.erase(0, impl.find_first_not_of(' '));
+        CHECK(!impl.empty());
+        impls.insert(impl);
+        ops[pass] += std::stoi((*jt)[2]);
+      }
+    }
+    CHECK(ops["conv fwd"] == 20);
+    CHECK(ops["conv bwd_weights"] == 20);
+    CHECK(ops["conv bwd_data"] == 19);
+    CHECK(ops["fc fwd"] == 1);
+    CHECK(ops["pool fwd"] == 2);
+    // the small maps' GEMMs: sgemm in fp32, oneDNN matmuls in bf16 on AMX
+    const bool gemm = impls.count("dnnl_sgemm") > 0 ||
+                      std::any_of(impls.begin(), impls.end(), [](const std::string& i) {
+                        return i.rfind("matmul ", 0) == 0;
+                      });
+    if (p == Precision::fp32 || bf16 == "amx") CHECK(gemm);
+    CHECK(impls.size() >= 3);
+  }
 }
