@@ -25,6 +25,19 @@
 // PyTorch's spread (at most its worst configuration). Op by op, where kinks
 // play no part, the hidden [.fidelity] cases in cpu_ops_test.cpp measure
 // batch norm and convolution against float64 (bench/README.md).
+// Every other parameter gradient (the convolutions beyond conv1 and
+// layer1.0.conv1) is in the fixture as a sketch, from which xrun's error is
+// estimated, so every layer counts in the family sums.
+//
+// Per tensor: on the closed-form weights kinks decide which gradients move,
+// so one tensor's error says little. The damped fixture
+// (torch_fidelity_damped.json: each bottleneck's bn3 weight x 0.1, as in
+// the parity fixture) has no kink that moves a gradient, PyTorch's four
+// configurations agree within 1.6x on every tensor, and each tensor is
+// judged alone: at most 1.5x PyTorch's worst configuration (measured: at
+// most 0.81x on AMX, AVX-512 and AVX2 kernels; dropping the last 8 bits of
+// the GEMM path's weight gradients fails 22 tensors at up to 3.4x, where the
+// closed-form case still passed).
 // Both tables print; XRUN_TEST_ERRORS=1 prints every tensor.
 // (How much of a whole pass's gradient error is luck: over 8 batches every
 // engine, PyTorch's configurations included, lands 0.01%-1% of AdamW-step
@@ -47,8 +60,10 @@
 #include "engine/model/resnet.h"
 #include "skip.h"
 #include "torch_fixtures.h"
+#include "torch_parity.h"
 
 using namespace xrun;
+namespace parity = xrun::testing::parity;
 
 namespace {
 
@@ -100,11 +115,22 @@ struct Family {
 // The fixture's pass on the CPU engine, and its errors per family. bf16: the
 // CPU engine in bf16, judged beside PyTorch's bf16 autocast
 // (torch_fidelity_bf16.json) rather than its fp32.
+// One tensor's errors: xrun's (estimated from a sketch where the fixture
+// holds no full values) and PyTorch's configurations'.
+struct TensorError {
+  std::string name;
+  bool sketched = false;
+  double xrun = 0, torch_worst = 0, l2 = 0;
+};
+
 class FidelityRun {
  public:
-  explicit FidelityRun(Precision precision = Precision::fp32)
-      : f_(testing::load_fixture("torch_fidelity.json")),
-        full_(load_float64("torch_fidelity.f64")),
+  // fixture: "torch_fidelity" (closed-form weights) or "torch_fidelity_damped"
+  // (each bottleneck's bn3 weight x 0.1, as the record says).
+  explicit FidelityRun(Precision precision = Precision::fp32,
+                       const std::string& fixture = "torch_fidelity")
+      : f_(testing::load_fixture(fixture + ".json")),
+        full_(load_float64(fixture + ".f64")),
         be_(2, precision) {
     if (precision == Precision::bf16) {
       const nlohmann::json bf16 = testing::load_fixture("torch_fidelity_bf16.json");
@@ -121,10 +147,14 @@ class FidelityRun {
     model_ = std::make_unique<ResNet>(be_, spec);
     auto loss = be_.softmax_cross_entropy(model_->logits(), model_->dlogits());
     be_.allocate();
+    const std::string residual_bn = f_.value("residual_bn", std::string());
+    const double residual_bn_weight = f_.value("residual_bn_weight", 1.0);
     for (const StateEntry& e : model_->state()) {
       by_name_[e.name] = &e;
       if (e.kind == StateEntry::Kind::counter) continue;
-      std::vector<float> v = testing::deterministic_values(e.name, e.dims);
+      const bool scaled = !residual_bn.empty() && testing::residual_bn_scaled(e.name, residual_bn);
+      std::vector<float> v =
+          testing::deterministic_values(e.name, e.dims, scaled ? residual_bn_weight : 1.0);
       if (testing::ends_with(e.name, "running_var")) std::fill(v.begin(), v.end(), 0.0f);
       be_.write(e.tensor, v);
     }
@@ -142,26 +172,34 @@ class FidelityRun {
     const double eps = f_.at("adamw_eps"), off_limit = f_.at("adamw_off");
     std::map<std::string, Family> families;
     for (const auto& t : f_.at(group)) {
-      if (!t.contains("offset")) continue;
+      const bool full = t.contains("offset");
+      if (!full && !t.contains("sketch")) continue;
       const std::string name = t.at("name");
       INFO(group << " " << name);
       const std::vector<float> x = values(group, name);
       REQUIRE(static_cast<int64_t>(x.size()) == t.at("n").get<int64_t>());
-      REQUIRE(t.at("offset").get<size_t>() + x.size() <= full_.size());
-      const double* r = full_.data() + t.at("offset").get<size_t>();
       double err2 = 0;
       int64_t off = 0;
-      for (size_t i = 0; i < x.size(); ++i) {
-        err2 += (x[i] - r[i]) * (x[i] - r[i]);
-        off += std::fabs(adamw_first_step(x[i], eps) - adamw_first_step(r[i], eps)) > off_limit;
+      if (full) {
+        REQUIRE(t.at("offset").get<size_t>() + x.size() <= full_.size());
+        const double* r = full_.data() + t.at("offset").get<size_t>();
+        for (size_t i = 0; i < x.size(); ++i) {
+          err2 += (x[i] - r[i]) * (x[i] - r[i]);
+          off += std::fabs(adamw_first_step(x[i], eps) - adamw_first_step(r[i], eps)) > off_limit;
+        }
+      } else {  // the error estimated from the float64 gradient's sketch
+        const double d = parity::sketched_distance(x, t);
+        err2 = d * d;
       }
       const double l2 = t.at("l2");
       const bool bf16 = !torch_bf16_.empty();
       const nlohmann::json& torch_run = bf16 ? torch_bf16_.at(name) : t;
       const auto torch_err = torch_run.at(bf16 ? "err_l2" : "err32_l2").get<std::vector<double>>();
+      // AdamW-step counts need every element: full tensors only
       const auto torch_off =
-          group == "grads" ? torch_run.at(bf16 ? "adamw_off" : "adamw_off32").get<std::vector<int64_t>>()
-                           : std::vector<int64_t>(torch_err.size(), 0);
+          group == "grads" && full
+              ? torch_run.at(bf16 ? "adamw_off" : "adamw_off32").get<std::vector<int64_t>>()
+              : std::vector<int64_t>(torch_err.size(), 0);
       if (group != "grads") off = 0;
       Family& fam = families[family_of(name)];
       fam.torch_err2.resize(torch_err.size()), fam.torch_off.resize(torch_err.size());
@@ -169,14 +207,20 @@ class FidelityRun {
         fam.torch_err2[j] += torch_err[j] * torch_err[j], fam.torch_off[j] += torch_off[j];
       fam.err2 += err2, fam.ref2 += l2 * l2, fam.off += off;
       fam.elements += static_cast<int64_t>(x.size()), ++fam.tensors;
+      tensors_.push_back({name, !full, std::sqrt(err2),
+                          *std::max_element(torch_err.begin(), torch_err.end()), l2});
       if (each) {
-        std::printf("fidelity %-34s xrun %.2e torch", name.c_str(), std::sqrt(err2) / l2);
+        std::printf("fidelity %-34s%s xrun %.2e torch", name.c_str(), full ? " " : "~",
+                    std::sqrt(err2) / l2);
         for (double e : torch_err) std::printf(" %.2e", e / l2);
         std::printf("\n");
       }
     }
     return families;
   }
+
+  // Every tensor measure() has seen, in fixture order.
+  const std::vector<TensorError>& tensors() const { return tensors_; }
 
  private:
   std::vector<float> values(const std::string& group, const std::string& name) {
@@ -194,6 +238,7 @@ class FidelityRun {
   cpu::CpuBackend be_;
   std::unique_ptr<ResNet> model_;
   std::map<std::string, const StateEntry*> by_name_;
+  std::vector<TensorError> tensors_;
 };
 
 // Prints one family per row: xrun's error, then each PyTorch configuration's.
@@ -291,4 +336,36 @@ TEST_CASE("CPU engine in bf16: logits and batch statistics within PyTorch's bf16
               << ", PyTorch bf16 autocast's worst configuration " << fam.torch_max());
     CHECK(fam.xrun_rel() <= kBf16Slack * fam.torch_max());
   }
+}
+
+// Every tensor on its own, on the damped network (torch_fidelity_damped.json:
+// the parity fixture's resnet50, each bottleneck's bn3 weight x 0.1, so no
+// ReLU kink moves a gradient and PyTorch's four configurations agree): the
+// logits, every BN running statistic and all 161 parameter gradients (those
+// the fixture holds as sketches estimated from them, each within 1.26x at
+// the 99.9th percentile: kSketchSlack). Rule: xrun's error at most
+// kPerTensorFactor x PyTorch fp32's worst configuration on that tensor.
+constexpr double kPerTensorFactor = 1.5;
+TEST_CASE("CPU engine on a damped resnet50: every tensor within PyTorch fp32's worst "
+          "configuration against float64",
+          "[fidelity][every-tensor]") {
+  FidelityRun run(Precision::fp32, "torch_fidelity_damped");
+  auto families = run.measure("logits");
+  families.merge(run.measure("running_stats"));
+  const auto grads = run.measure("grads");
+  print_table(families, false);
+  print_table(grads, true);
+  REQUIRE(run.tensors().size() == 1 + 2 * 53 + 161);
+  double worst = 0;
+  std::string worst_name;
+  for (const TensorError& t : run.tensors()) {
+    const double bound =
+        kPerTensorFactor * t.torch_worst * (t.sketched ? parity::kSketchSlack : 1.0);
+    INFO(t.name << (t.sketched ? " (sketched)" : "") << ": xrun's error " << t.xrun / t.l2
+                << " of its norm, PyTorch fp32's worst " << t.torch_worst / t.l2);
+    CHECK(t.xrun <= bound);
+    if (t.xrun / t.torch_worst > worst) worst = t.xrun / t.torch_worst, worst_name = t.name;
+  }
+  std::printf("worst tensor: %s at %.2f x PyTorch fp32's worst configuration\n",
+              worst_name.c_str(), worst);
 }
