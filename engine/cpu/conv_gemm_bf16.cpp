@@ -1,6 +1,8 @@
 // engine/cpu/conv_gemm_bf16.cpp: the small-output convolution (conv.cpp's
-// CpuConvAsGemm, 4 output pixels or fewer) in bf16 on AMX, as three oneDNN
-// matmuls over an im2col matrix instead of one GEMM per live (tap, pixel).
+// CpuConvAsGemm, 4 output pixels or fewer) and every 1x1 convolution in
+// bf16 on AMX, as three oneDNN matmuls over an im2col matrix (for a 1x1
+// stride-1 convolution, x itself) instead of one GEMM per live (tap, pixel)
+// or oneDNN's convolution kernels.
 //
 // Why not per-pair products as in fp32: oneDNN 2.6 runs a bf16 matmul of one
 // output pixel (rows strided by the map) in its AVX-512 gemm, no faster than

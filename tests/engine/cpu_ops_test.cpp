@@ -245,14 +245,14 @@ TEST_CASE("cpu conv: forward, backward-data, backward-weights match the referenc
   }
 }
 
-// bf16 on NHWC input (the model's layout on AMX) with a small output: the
-// im2col matmuls of conv_gemm_bf16.cpp, checked per element against the
+// bf16 on NHWC input (the model's layout on AMX) with a small output, or
+// 1x1 at any size: the im2col matmuls of conv_gemm_bf16.cpp, checked per element against the
 // double reference on the values the conv reads (x, w and dy rounded to
 // bf16). y and dx are rounded to bf16 once (relative 2^-9) after fp32 sums:
 // atol 1e-4, rtol 4e-3; dw stays fp32: kConvTol. Each shape takes a
 // different branch: taps in padding, a stride-2 gather, a tap range with
 // dead taps (the centre alone at 1x1), x used directly (1x1 stride 1).
-TEST_CASE("cpu conv in bf16 with a small output (im2col matmuls) matches the reference",
+TEST_CASE("cpu conv in bf16, small outputs and 1x1 (im2col matmuls), matches the reference",
           "[ops][conv][bf16]") {
   const std::string kernels =
       xrun::bf16_kernels_for_isa(static_cast<unsigned>(dnnl_get_effective_cpu_isa()));
@@ -266,6 +266,10 @@ TEST_CASE("cpu conv in bf16 with a small output (im2col matmuls) matches the ref
       {.n = 3, .c = 32, .h = 1, .w = 1, .k = 48, .r = 3, .s = 3, .stride = 1, .pad = 1},
       {.n = 2, .c = 16, .h = 2, .w = 2, .k = 32, .r = 3, .s = 3, .stride = 2, .pad = 1},
       {.n = 3, .c = 8, .h = 1, .w = 4, .k = 16, .r = 3, .s = 3, .stride = 1, .pad = 1},
+      // 1x1 at larger maps: x itself (stride 1), a gather leaving 3 of 4
+      // input pixels without a gradient (stride 2)
+      {.n = 2, .c = 32, .h = 6, .w = 5, .k = 16, .r = 1, .s = 1, .stride = 1, .pad = 0},
+      {.n = 2, .c = 16, .h = 8, .w = 7, .k = 32, .r = 1, .s = 1, .stride = 2, .pad = 0},
   };
   const auto rounded = [](std::vector<float> v) {
     for (float& f : v) f = xrun::cpu::bf16_to_float(xrun::cpu::float_to_bf16(f));
