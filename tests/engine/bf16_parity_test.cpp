@@ -63,7 +63,7 @@ TEST_CASE("CPU engine in bf16: resnet50, three SGD steps within the emulated bf1
 // AVX2) a bf16 backend is refused naming oneDNN's ISA; where it has them, it
 // is made. fp16 and tf32 are refused on every CPU.
 TEST_CASE("CPU backend: bf16 made where oneDNN has bf16 kernels, refused naming the ISA where "
-          "not; fp16 and tf32 refused",
+          "not, and fp16 and tf32 refused",
           "[bf16][precision]") {
   const CpuInfo cpu = query_cpu();
   std::printf("oneDNN ISA %s, bf16 kernels: %s\n", cpu.onednn_isa.c_str(),
