@@ -33,6 +33,7 @@ struct Candidate {
   std::map<std::string, std::string> settings;  // dotted key -> canonical JSON text
   std::optional<std::string> value;             // the compared key's value, plain text
   std::vector<Sample> steps;                    // measured steps only
+  std::string isa;  // CPU runs: the oneDNN ISA their kernels used ("" otherwise)
 };
 
 // Runs with equal settings (other than the compared key), by compared value.
@@ -122,6 +123,10 @@ std::optional<std::string> compared_value(const Candidate& run, const std::strin
     if (run.info.device_name.empty()) return std::nullopt;
     return run.info.device_name;
   }
+  if (by == "isa") {
+    if (run.isa.empty()) return std::nullopt;
+    return run.isa;
+  }
   const auto it = run.settings.find(by);
   if (it == run.settings.end()) return std::nullopt;
   return plain_text(it->second);
@@ -134,7 +139,10 @@ std::vector<Candidate> load_complete_runs(const store::Store& db, const CompareO
   for (const store::RunInfo& info : db.list_runs(where)) {
     Candidate run;
     run.info = info;
-    if (const auto detail = db.get_run(std::to_string(info.id))) run.settings = detail->params;
+    if (const auto detail = db.get_run(std::to_string(info.id))) {
+      run.settings = detail->params;
+      if (info.device == "cpu") run.isa = detail->environment.get("onednn_isa");
+    }
     run.steps = measured_steps(db, info.uuid);
     run.value = compared_value(run, options.by);
     out.push_back(std::move(run));
@@ -144,15 +152,15 @@ std::vector<Candidate> load_complete_runs(const store::Store& db, const CompareO
 
 // --by must name something a run has: label, device, or one of their settings.
 void check_key(const std::vector<Candidate>& runs, const std::string& by) {
-  if (by.empty()) throw std::invalid_argument("--by: give label, device or a setting");
-  if (by == "label" || by == "device" || runs.empty()) return;
+  if (by.empty()) throw std::invalid_argument("--by: give label, device, isa or a setting");
+  if (by == "label" || by == "device" || by == "isa" || runs.empty()) return;
   std::set<std::string> keys;
   for (const Candidate& run : runs) {
     if (run.settings.count(by)) return;
     for (const auto& [key, value] : run.settings) keys.insert(key);
   }
   throw std::invalid_argument("--by " + by + ": no complete run has this key; the keys are: " +
-                              joined({"label", "device"}) + ", " +
+                              joined({"label", "device", "isa"}) + ", " +
                               joined(std::vector<std::string>(keys.begin(), keys.end())));
 }
 
@@ -160,7 +168,10 @@ void check_key(const std::vector<Candidate>& runs, const std::string& by) {
 
 // What two runs must share: every setting but the compared key and the keys
 // the experiment hash leaves out; comparing by a setting, also the label and
-// the device name (runs of two machines are never pooled).
+// the device name (runs of two machines are never pooled); and, for CPU
+// runs compared by anything but the ISA, the oneDNN ISA their kernels used
+// (a run capped by ONEDNN_MAX_CPU_ISA=AVX2 is never pooled with one on
+// AVX-512 kernels of the same CPU).
 std::map<std::string, std::string> shared_settings(const Candidate& run, const std::string& by) {
   std::map<std::string, std::string> out = run.settings;
   out.erase(by);
@@ -170,6 +181,8 @@ std::map<std::string, std::string> shared_settings(const Candidate& run, const s
     out["label"] = nlohmann::json(run.info.label).dump(-1, ' ', false, replace);
     out["device"] = nlohmann::json(run.info.device_name).dump(-1, ' ', false, replace);
   }
+  if (by != "isa" && !run.isa.empty())
+    out["isa"] = nlohmann::json(run.isa).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return out;
 }
 
@@ -426,7 +439,10 @@ std::vector<const Candidate*> taking_part(const std::vector<Candidate>& runs, Co
     if (run.steps.empty())
       add_unmatched(out, run, "no measured steps");
     else if (!run.value)
-      add_unmatched(out, run, out.by == "device" ? "no device name stored" : "no " + out.by + " setting");
+      add_unmatched(out, run,
+                    out.by == "device" ? "no device name stored"
+                    : out.by == "isa"  ? "not a CPU run with a stored oneDNN ISA"
+                                       : "no " + out.by + " setting");
     else
       kept.push_back(&run);
   }

@@ -6,9 +6,11 @@
 // compared key (and the keys the experiment hash leaves out, as
 // experiment_hash_excluded_keys(): store.path, description, train.device,
 // store.label, data.path) is equal. Comparing by "device" means the card or
-// CPU model (environment device_name), by "label" store.label, otherwise the
-// setting of that dotted name; comparing by a setting, runs must also have
-// the same label and device name (two machines' runs are never pooled).
+// CPU model (environment device_name), by "label" store.label, by "isa" the
+// oneDNN ISA a CPU run's kernels used (environment onednn_isa: avx2,
+// avx512_core_amx, ...), otherwise the setting of that dotted name; comparing
+// by a setting, runs must also have the same label and device name (two
+// machines' runs are never pooled), and CPU runs the same ISA.
 // Several complete runs with the same settings and the same compared value
 // pool their measured step times.
 //

@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
   CompareArgs compare;
   auto* compare_cmd = app.add_subcommand("compare", "Match runs that differ only in one key and show throughput ratios with 95% confidence intervals");
   compare_cmd->add_option("--db", compare.db, "Result store")->capture_default_str();
-  compare_cmd->add_option("--by", compare.by, "What to compare: label, device or a setting (train.precision, train.batch_size, ...)")->required();
+  compare_cmd->add_option("--by", compare.by, "What to compare: label, device, isa (a CPU run's oneDNN ISA) or a setting (train.precision, train.batch_size, ...)")->required();
   compare_cmd->add_option("--baseline", compare.baseline, "The value ratios are taken against (default: the first)");
   compare_cmd->add_option("--where", compare.where, "Filter: KEY=VALUE on a setting or a column");
   compare_cmd->add_option("--format", compare.format, "Output format")

@@ -287,6 +287,46 @@ TEST_CASE("by device compares the stored device names, not train.device", "[comp
   CHECK(by_string.unmatched.size() == 2);
 }
 
+// A CPU run on AVX2 kernels (ONEDNN_MAX_CPU_ISA=AVX2) and one on AMX kernels of
+// the same CPU: by isa they compare; by a setting they are never pooled.
+TEST_CASE("CPU runs compare by oneDNN ISA, and only runs of one ISA pool", "[compare]") {
+  store_test::TempDir dir;
+  Store db(dir.file("r.db"));
+  auto cpu_run = [](const std::string& precision, const std::string& isa) {
+    NewRun r = labelled("xeon", 32, precision);
+    r.device = "cpu";
+    r.environment.fields["device_name"] = "Intel(R) Xeon(R) Processor";
+    r.environment.fields["onednn_isa"] = isa;
+    return r;
+  };
+  const auto avx2_fp32 = step_times(200, 0.05, 20), amx_fp32 = step_times(150, 0.05, 20, 1);
+  const auto amx_bf16 = step_times(90, 0.05, 20, 2);
+  add_run(db, cpu_run("fp32", "avx2"), avx2_fp32);
+  add_run(db, cpu_run("fp32", "avx512_core_amx"), amx_fp32);
+  add_run(db, cpu_run("bf16", "avx512_core_amx"), amx_bf16);
+  // A GPU run has no ISA to compare: listed, with why.
+  add_run(db, labelled("xeon", 32, "fp32"), step_times(20, 0.05, 20));
+
+  const Comparison by_isa = compare_runs(db, by("isa", "avx2"));
+  REQUIRE(by_isa.groups.size() == 1);  // fp32 on both ISAs; bf16 has no AVX2 twin
+  CHECK(by_isa.values == std::vector<std::string>{"avx2", "avx512_core_amx"});
+  CHECK(cell(by_isa, 0, "avx512_core_amx").ratio ==
+        Approx(expected_throughput(amx_fp32) / expected_throughput(avx2_fp32)).epsilon(1e-12));
+  bool gpu_listed = false;
+  for (const auto& u : by_isa.unmatched)
+    if (u.device == "cuda:0") gpu_listed = mentions(u.reason, "not a CPU run");
+  CHECK(gpu_listed);
+
+  // By precision, bf16 (AMX) meets fp32 on AMX only, never the AVX2 run.
+  const Comparison by_precision = compare_runs(db, by("train.precision", "fp32"));
+  REQUIRE(by_precision.groups.size() == 1);
+  const CompareCell& base = cell(by_precision, 0, "fp32");
+  REQUIRE(base.run_uuids.size() == 1);
+  CHECK(base.throughput == Approx(expected_throughput(amx_fp32)).epsilon(1e-12));
+  // The group says which ISA it ran on (the unmatched runs' ISAs differ).
+  CHECK(by_precision.groups[0].settings.at("isa") == "avx512_core_amx");
+}
+
 TEST_CASE("an unknown key or baseline is refused with what exists", "[compare]") {
   store_test::TempDir dir;
   Store db(dir.file("r.db"));
