@@ -139,7 +139,38 @@ struct RunSummary {
   // measured steps the kernel and copy totals cover.
   double cupti_overhead = std::numeric_limits<double>::quiet_NaN();
   int64_t cupti_steps = 0;
+  // The FLOPs of one optimizer step, counted from the model's layer shapes
+  // (engine/model/step_flops.h); NaN for runs stored before xrun counted
+  // them. Achieved FLOP/s = flops_per_step * measured_steps / measured_seconds.
+  double flops_per_step = std::numeric_limits<double>::quiet_NaN();
+  // The device's peak FLOP/s for the run's precision and where it came from
+  // ("measured by xrun doctor --peak, 2 threads, 2026-12-06T..."); NaN and ""
+  // where none is known.
+  double peak_flops = std::numeric_limits<double>::quiet_NaN();
+  std::string peak_source;
 };
+
+// A CPU's measured peaks (`xrun doctor --peak`, engine/cpu/peak_probe.h),
+// kept in the store per CPU model, oneDNN ISA and thread count; every later
+// run on that CPU, ISA and thread count takes its precision's peak from it.
+struct CpuPeakRecord {
+  std::string cpu;  // model name, as the environment's device_name
+  std::string isa;  // oneDNN's ISA (environment onednn_isa)
+  int threads = 0;
+  double fp32_flops = 0;
+  double bf16_flops = 0;  // 0: no oneDNN bf16 kernels
+  double copy_bytes_per_s = 0;
+  std::string kernels;      // "fp32: IMPL, bf16: IMPL"
+  std::string measured_at;  // ISO 8601 UTC
+};
+
+// FLOP/s over the measured steps; NaN where the run has no FLOP count or no
+// measured time.
+inline double achieved_flops(const RunSummary& s) {
+  if (!(s.measured_seconds > 0) || s.measured_steps <= 0)
+    return std::numeric_limits<double>::quiet_NaN();
+  return s.flops_per_step * static_cast<double>(s.measured_steps) / s.measured_seconds;
+}
 
 // The run's size, known once data and model are set up.
 struct RunShape {

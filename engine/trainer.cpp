@@ -17,6 +17,7 @@
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
 #include "engine/model/resnet.h"
+#include "engine/model/step_flops.h"
 #include "engine/step_runner.h"
 #include "engine/step_stats.h"
 
@@ -239,6 +240,11 @@ class Run final : public StepSource {
     save_checkpoint(cfg.train.checkpoint, *model, *backend, *optimizer, st);
   }
 
+  // One optimizer step's FLOPs: train.accumulate passes and one update.
+  double flops_per_step() const {
+    return count_step_flops(*model, optimizer_settings()).per_step(cfg.train.accumulate);
+  }
+
  private:
   BackendOptions backend_options() const {
     BackendOptions bo;
@@ -374,6 +380,7 @@ TrainResult train(const RunConfig& cfg, RunObserver& observers, const TrainConte
   result.summary.batch_size = run.batch;
   result.summary.peak_memory_bytes = backend.peak_memory_bytes();
   result.summary.algo_search_ms = backend.conv_algorithm_search_ms();
+  result.summary.flops_per_step = run.flops_per_step();
   result.memory = backend.memory_plan();
   result.conv_algorithms = backend.conv_algorithms();
   obs.on_run_end(result);

@@ -8,6 +8,13 @@
 #include <utility>
 #include <vector>
 
+#include "core/config.h"
+#include "core/records.h"
+
+namespace xrun::store {
+class Store;
+}
+
 namespace xrun::cli {
 
 enum ExitCode { kOk = 0, kRunFailed = 1, kUsage = 2, kInterrupted = 130 };
@@ -92,6 +99,16 @@ struct RunsArgs {
   std::string format = "table";    // table | csv | json
 };
 int runs_command(const RunsArgs& args);
+
+// `xrun doctor --peak` (runner/peak_command.cpp): this CPU's measured peaks
+// into the store; attach_cpu_peak gives a CPU run the peak of its precision.
+struct PeakArgs {
+  std::string db = "xrun.db";
+  int threads = 0;  // 0: every core this process may use
+};
+int peak_command(const PeakArgs& args);
+void attach_cpu_peak(const store::Store& db, const Environment& env, Precision precision,
+                     RunSummary& summary);
 
 struct ShowArgs {
   std::string run;  // id or UUID prefix

@@ -209,7 +209,19 @@ int main(int argc, char** argv) {
   auto* doctor_cmd = app.add_subcommand("doctor", "What this machine can train on: driver, CUDA, cuDNN, cuBLAS, CUPTI, GPUs, CPU, oneDNN");
   doctor_cmd->add_flag("--json", doctor_json, "Print as JSON");
   doctor_cmd->add_option("--require", require, "Exit 1 unless this is available (cuda)");
-  doctor_cmd->callback([&] { code = xrun::run_doctor(std::cout, std::cerr, doctor_json, require); });
+  bool doctor_peak = false;
+  xrun::cli::PeakArgs peak;
+  doctor_cmd->add_flag("--peak", doctor_peak,
+                       "Measure this CPU's peak FLOP/s (fp32, bf16) and copy bandwidth, and keep "
+                       "them in the store: later runs report their % of peak");
+  doctor_cmd->add_option("--db", peak.db, "With --peak: the result store")->capture_default_str();
+  doctor_cmd->add_option("--threads", peak.threads,
+                         "With --peak: threads to measure with (default: every core), as "
+                         "train.threads");
+  doctor_cmd->callback([&] {
+    code = doctor_peak ? xrun::cli::peak_command(peak)
+                       : xrun::run_doctor(std::cout, std::cerr, doctor_json, require);
+  });
 
   auto* keys_cmd = app.add_subcommand("keys", "Print the experiment-file key reference (Markdown)");
   keys_cmd->group("");  // hidden: used to regenerate docs/experiment-format.md

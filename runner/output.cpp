@@ -52,6 +52,14 @@ std::string json_text(const json& j, int indent) {
 
 json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
+std::string flops_text(double v, const std::string& unit) {
+  if (!std::isfinite(v)) return "-";
+  const char* prefix[] = {"", "k", "M", "G", "T", "P"};
+  int p = 0;
+  while (p < 5 && std::abs(v) >= 1000) v /= 1000, ++p;
+  return fixed(v, 2) + " " + prefix[p] + unit;
+}
+
 std::string fixed(double v, int digits) {
   if (!std::isfinite(v)) return "-";
   char buf[64];

@@ -38,6 +38,9 @@ std::string json_text(const nlohmann::json& j, int indent = -1);
 nlohmann::json number_or_null(double v);
 std::string fixed(double v, int digits);  // "-" for NaN/inf
 std::string mib(int64_t bytes);           // "123 MiB", "-" for 0
+// A FLOP count or rate with its prefix and unit: "24.59 GFLOP", "1.23 TFLOP/s"
+// (unit "FLOP" or "FLOP/s"); "-" for NaN.
+std::string flops_text(double v, const std::string& unit);
 // `show` and `trace`: checks `ref` (run_ref_problem), opens the store
 // read-only and finds the run, printing what went wrong. Returns the exit
 // code: kOk with `db` and `run` set, kUsage or kRunFailed.

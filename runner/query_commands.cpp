@@ -120,6 +120,10 @@ int show_command(const ShowArgs& args) {
       j["copies"] = copies;
       j["cupti_steps"] = d.summary.cupti_steps;
       j["cupti_overhead"] = number_or_null(d.summary.cupti_overhead);
+      j["flops_per_step"] = number_or_null(d.summary.flops_per_step);
+      j["achieved_flops"] = number_or_null(achieved_flops(d.summary));
+      j["peak_flops"] = number_or_null(d.summary.peak_flops);
+      j["peak_source"] = d.summary.peak_source;
       json findings = json::array();
       for (const auto& f : d.findings)
         findings.push_back({{"check", f.check}, {"message", f.message}, {"value", f.value}});
@@ -155,6 +159,16 @@ int show_command(const ShowArgs& args) {
       if (d.summary.step_outliers > 0)
         o << "  warning      " << d.summary.step_outliers
           << " step time outlier(s) (beyond 5 MADs of the median): another process, throttling?\n";
+      if (std::isfinite(d.summary.flops_per_step))
+        o << "  compute      " << flops_text(d.summary.flops_per_step, "FLOP")
+          << " per step (counted from the model's layers), "
+          << flops_text(achieved_flops(d.summary), "FLOP/s") << " achieved\n";
+      if (std::isfinite(d.summary.peak_flops) && std::isfinite(d.summary.flops_per_step))
+        o << "  of peak      " << fixed(100.0 * achieved_flops(d.summary) / d.summary.peak_flops, 1)
+          << "% of " << flops_text(d.summary.peak_flops, "FLOP/s") << " ("
+          << t(d.summary.peak_source) << ")\n";
+      else if (std::isfinite(d.summary.flops_per_step) && r.device == "cpu")
+        o << "  of peak      - (no peak measured for this CPU: `xrun doctor --peak`)\n";
       o << "  data wait    " << fixed(100.0 * d.summary.data_wait_fraction, 1)
         << "% of measured step time\n"
         << "  memory       peak " << mib(d.summary.peak_memory_bytes) << "\n"

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -134,6 +135,7 @@ struct Schema {
   };
   std::vector<Child> children;  // every table with a `run` column
   std::vector<std::string> cache_columns;
+  std::vector<std::string> cpu_peak_columns;
 };
 
 std::vector<std::string> columns_except(sqlite3* db, const std::string& file,
@@ -149,6 +151,7 @@ Schema read_schema(sqlite3* db, const std::string& file) {
   s.experiment_columns = columns_except(db, file, "experiments", "id");
   s.run_columns = columns_except(db, file, "runs", "id");
   s.cache_columns = detail::table_columns(db, file, "conv_algo_cache");
+  s.cpu_peak_columns = detail::table_columns(db, file, "cpu_peaks");
   Statement tables(db, file,
                    "SELECT m.name FROM sqlite_master m WHERE m.type = 'table'"
                    " AND m.name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND EXISTS"
@@ -287,19 +290,27 @@ class InputMerge {
     return experiments_[id] = find.int64(0);
   }
 
-  // Cache entries by (device_key, key); the newer updated_at wins.
+  // The tables keyed by what they describe rather than by a run: cache
+  // entries by (device_key, key), the newer updated_at winning; CPU peaks
+  // by (cpu, isa, threads), the newer measurement winning.
   void merge_cache() {
-    const std::vector<std::string>& columns = schema_.cache_columns;
+    merge_keyed("conv_algo_cache", schema_.cache_columns, {"device_key", "key"}, "updated_at");
+    merge_keyed("cpu_peaks", schema_.cpu_peak_columns, {"cpu", "isa", "threads"}, "measured_at");
+  }
+  void merge_keyed(const std::string& table, const std::vector<std::string>& columns,
+                   const std::vector<std::string>& keys, const std::string& newer) {
     std::string updates;
     for (const std::string& c : columns)
-      if (c != "device_key" && c != "key")
+      if (std::find(keys.begin(), keys.end(), c) == keys.end())
         updates += (updates.empty() ? "" : ", ") + quote_identifier(c) + " = excluded." +
                    quote_identifier(c);
-    Statement read(in_.db, in_.path, "SELECT " + identifier_list(columns) + " FROM conv_algo_cache");
+    Statement read(in_.db, in_.path,
+                   "SELECT " + identifier_list(columns) + " FROM " + quote_identifier(table));
     Statement write(out_.db, out_.path,
-                    insert_sql("conv_algo_cache", columns) +
-                        " ON CONFLICT (device_key, key) DO UPDATE SET " + updates +
-                        " WHERE excluded.updated_at > conv_algo_cache.updated_at");
+                    insert_sql(table, columns) + " ON CONFLICT (" + identifier_list(keys) +
+                        ") DO UPDATE SET " + updates + " WHERE excluded." +
+                        quote_identifier(newer) + " > " + quote_identifier(table) + "." +
+                        quote_identifier(newer));
     while (read.step()) {
       bind_row(write, read, columns.size(), kNone, 0);
       write.run();

@@ -3,7 +3,7 @@
 // then migrate). PRAGMA user_version holds the number of the last migration
 // applied; PRAGMA application_id = 'xrun' marks the file as an xrun store.
 //
-// Schema at the latest version (7):
+// Schema at the latest version (8):
 //
 //   experiments(id, name, file, description, first_seen)  UNIQUE(name, file)
 //   runs(id INTEGER PK, uuid UNIQUE (random v4), experiment -> experiments.id,
@@ -45,6 +45,11 @@
 //   memcpy(run, direction, memory, count, bytes, total_ms)  CUPTI: copies per
 //        direction and host memory kind; runs.cupti_overhead, runs.cupti_steps;
 //        trace_events.flow (launch -> kernel correlation id)  [version 7]
+//   runs.flops_per_step: the FLOPs of one optimizer step, counted from the
+//        model's layer shapes (NULL for runs stored before); runs.peak_flops,
+//        runs.peak_source: the device's peak for the run's precision;
+//   cpu_peaks(cpu, isa, threads, fp32_flops, bf16_flops, copy_bytes_per_s,
+//        kernels, measured_at)  `xrun doctor --peak`'s measurements  [version 8]
 //   view run_summary: one row per run: id, uuid, experiment (name),
 //        sweep_index, label, device, device_name, batch_size (summary, else
 //        run_params train.batch_size), precision, cudnn_benchmark, workers
@@ -309,9 +314,29 @@ ALTER TABLE runs ADD COLUMN cupti_steps INTEGER;
 ALTER TABLE trace_events ADD COLUMN flow INTEGER;
 )sql";
 
+// Version 8: the FLOPs of one optimizer step, so a run's achieved FLOP/s can
+// be read beside its img/s, and the device's peak it is a share of; the
+// CPU peaks `xrun doctor --peak` measured.
+constexpr const char* kVersion8 = R"sql(
+ALTER TABLE runs ADD COLUMN flops_per_step REAL;
+ALTER TABLE runs ADD COLUMN peak_flops REAL;
+ALTER TABLE runs ADD COLUMN peak_source TEXT;
+CREATE TABLE cpu_peaks (
+  cpu              TEXT NOT NULL,
+  isa              TEXT NOT NULL,
+  threads          INTEGER NOT NULL,
+  fp32_flops       REAL,
+  bf16_flops       REAL,
+  copy_bytes_per_s REAL,
+  kernels          TEXT,
+  measured_at      TEXT NOT NULL,
+  PRIMARY KEY (cpu, isa, threads)
+);
+)sql";
+
 // kMigrations[i] takes a file from version i to version i + 1.
 const std::vector<const char*> kMigrations = {kVersion1, kVersion2, kVersion3, kVersion4,
-                                              kVersion5, kVersion6, kVersion7};
+                                              kVersion5, kVersion6, kVersion7, kVersion8};
 
 // --- Opening ----------------------------------------------------------------------
 

@@ -468,6 +468,27 @@ std::map<std::string, ConvAlgoChoice> Store::conv_algo_cache(const std::string& 
   return out;
 }
 
+void Store::put_cpu_peak(const CpuPeakRecord& p) {
+  Statement st(db_, path_,
+               "INSERT OR REPLACE INTO cpu_peaks (cpu, isa, threads, fp32_flops, bf16_flops,"
+               " copy_bytes_per_s, kernels, measured_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  st.bind(1, p.cpu).bind(2, p.isa).bind(3, int64_t{p.threads}).bind(4, p.fp32_flops);
+  st.bind(5, p.bf16_flops).bind(6, p.copy_bytes_per_s).bind(7, p.kernels);
+  st.bind(8, detail::now_iso8601());
+  st.run();
+}
+
+std::optional<CpuPeakRecord> Store::cpu_peak(const std::string& cpu, const std::string& isa,
+                                             int threads) const {
+  Statement st(db_, path_,
+               "SELECT fp32_flops, bf16_flops, copy_bytes_per_s, kernels, measured_at"
+               " FROM cpu_peaks WHERE cpu = ?1 AND isa = ?2 AND threads = ?3");
+  st.bind(1, cpu).bind(2, isa).bind(3, int64_t{threads});
+  if (!st.step()) return std::nullopt;
+  CpuPeakRecord p{cpu, isa, threads, st.real(0), st.real(1), st.real(2), st.text(3), st.text(4)};
+  return p;
+}
+
 void Store::finish_run(const std::string& uuid, RunStatus status, const RunSummary& s,
                        const std::string& error) {
   Transaction tx(db_, path_);
@@ -487,14 +508,16 @@ void Store::finish_run(const std::string& uuid, RunStatus status, const RunSumma
                   " step_ms_stddev = ?10, step_outliers = ?11, data_wait_fraction = ?12,"
                   " peak_memory_bytes = ?13, skipped_steps = ?14, final_loss = ?15,"
                   " test_accuracy = ?16, test_loss = ?17, algo_search_ms = ?19,"
-                  " cupti_overhead = ?20, cupti_steps = NULLIF(?21, 0) WHERE id = ?18");
+                  " cupti_overhead = ?20, cupti_steps = NULLIF(?21, 0), flops_per_step = ?22,"
+                  " peak_flops = ?23, peak_source = NULLIF(?24, '') WHERE id = ?18");
     sum.bind(1, s.batch_size).bind(2, s.measured_steps).bind(3, s.measured_images);
     sum.bind(4, s.measured_seconds).bind(5, s.throughput).bind(6, s.step_ms_median);
     sum.bind(7, s.step_ms_p10).bind(8, s.step_ms_p90).bind(9, s.step_ms_mean);
     sum.bind(10, s.step_ms_stddev).bind(11, s.step_outliers).bind(12, s.data_wait_fraction);
     sum.bind(13, s.peak_memory_bytes).bind(14, s.skipped_steps).bind(15, s.final_loss);
     sum.bind(16, s.test_accuracy).bind(17, s.test_loss).bind(18, run).bind(19, s.algo_search_ms);
-    sum.bind(20, s.cupti_overhead).bind(21, s.cupti_steps);
+    sum.bind(20, s.cupti_overhead).bind(21, s.cupti_steps).bind(22, s.flops_per_step);
+    sum.bind(23, s.peak_flops).bind(24, s.peak_source);
     sum.run();
   }
   tx.commit();
@@ -654,7 +677,8 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
                  " r.data_wait_fraction, r.peak_memory_bytes, r.skipped_steps, r.final_loss,"
                  " r.test_accuracy, r.test_loss, r.batch_size,"
                  " (SELECT count(*) FROM steps WHERE run = r.id), r.algo_search_ms,"
-                 " r.cupti_overhead, coalesce(r.cupti_steps, 0)"
+                 " r.cupti_overhead, coalesce(r.cupti_steps, 0), r.flops_per_step,"
+                 " r.peak_flops, coalesce(r.peak_source, '')"
                  " FROM runs r JOIN experiments e ON e.id = r.experiment WHERE r.id = ?1");
     st.bind(1, *id);
     st.step();
@@ -687,6 +711,9 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
       if (std::isnan(s.algo_search_ms)) s.algo_search_ms = 0;
       s.cupti_overhead = st.real(25);
       s.cupti_steps = st.int64(26);
+      s.flops_per_step = st.real(27);
+      s.peak_flops = st.real(28);
+      s.peak_source = st.text(29);
     }
     d.step_count = st.int64(23);
   }

@@ -167,6 +167,11 @@ class Store {
   std::vector<TraceEvent> get_trace(const std::string& uuid) const;
   // The cached choices for a device, by ConvAlgoRecord::key.
   std::map<std::string, ConvAlgoChoice> conv_algo_cache(const std::string& device_key) const;
+  // `xrun doctor --peak`'s measurements, one row per CPU, ISA and thread
+  // count (a new one replaces the old; measured_at is set here).
+  void put_cpu_peak(const CpuPeakRecord& peak);
+  std::optional<CpuPeakRecord> cpu_peak(const std::string& cpu, const std::string& isa,
+                                        int threads) const;
   // Groups every write made through this Store until commit() into one
   // transaction (the write_* calls nest as savepoints), so a crash or an
   // error between a run's tables never leaves part of them, nor a run marked

@@ -52,12 +52,21 @@ ResNetLayout resnet_layout(const std::string& arch) {
                               "' (resnet18, resnet34, resnet50, resnet101, resnet152)");
 }
 
+static ConvShape conv_shape(const Tensor* x, int64_t k, int64_t ksize, int64_t stride,
+                            int64_t pad) {
+  ConvShape s;
+  s.n = x->dims[0], s.c = x->dims[1], s.h = x->dims[2], s.w = x->dims[3];
+  s.k = k, s.r = ksize, s.s = ksize, s.stride = stride, s.pad = pad;
+  return s;
+}
+
 // ------------------------------------------------------------------ build --
 
 void ResNet::add_conv(Conv& c, const std::string& name, const ConvShape& shape, Tensor* x,
                       Tensor* dx) {
   c.name = name;
   c.op = backend_.conv(name, shape, x, dx);
+  layer_shapes_.push_back({LayerShape::Kind::conv, name, shape, dx != nullptr});
   state_.push_back({name + ".weight", StateEntry::Kind::parameter, c.op->weight,
                     c.op->weight_grad, {shape.k, shape.c, shape.r, shape.s}});
 }
@@ -66,6 +75,8 @@ void ResNet::add_bn(BN& b, const std::string& name, Tensor* x, Tensor* dx, BnAct
                     Tensor* residual, Tensor* d_residual) {
   b.name = name;
   b.op = backend_.batch_norm(name, x, dx, act, residual, d_residual);
+  layer_shapes_.push_back({LayerShape::Kind::batch_norm, name, conv_shape(x, x->dims[1], 1, 1, 0),
+                           true, act});
   add_state(name, *b.op);
 }
 
@@ -81,13 +92,6 @@ void ResNet::add_state(const std::string& prefix, BatchNormOp& op) {
                     {}});
 }
 
-static ConvShape conv_shape(const Tensor* x, int64_t k, int64_t ksize, int64_t stride,
-                            int64_t pad) {
-  ConvShape s;
-  s.n = x->dims[0], s.c = x->dims[1], s.h = x->dims[2], s.w = x->dims[3];
-  s.k = k, s.r = ksize, s.s = ksize, s.stride = stride, s.pad = pad;
-  return s;
-}
 
 ResNet::ResNet(Backend& backend, const ModelSpec& spec) : backend_(backend), spec_(spec) {
   const ResNetLayout layout = resnet_layout(spec.arch);
@@ -103,6 +107,7 @@ ResNet::ResNet(Backend& backend, const ModelSpec& spec) : backend_(backend), spe
   add_conv(*conv1_, "conv1", conv_shape(input_, 64, 7, 2, 3), input_, nullptr);
   add_bn(*bn1_, "bn1", conv1_->op->y, conv1_->op->dy, BnActivation::relu);
   maxpool_ = backend_.max_pool("maxpool", bn1_->op->y, bn1_->op->dy, 3, 2, 1);
+  layer_shapes_.push_back({LayerShape::Kind::max_pool, "maxpool", conv_shape(bn1_->op->y, 64, 3, 2, 1)});
 
   Tensor* x = maxpool_->y;
   Tensor* dx = maxpool_->dy;
@@ -159,6 +164,8 @@ ResNet::ResNet(Backend& backend, const ModelSpec& spec) : backend_(backend), spe
       }
       state_.insert(state_.end(), ds_state.begin(), ds_state.end());
 
+      layer_shapes_.push_back({LayerShape::Kind::residual, b.name + ".residual",
+                               conv_shape(x, x->dims[1], 1, 1, 0)});
       x = b.last_bn().op->y;
       dx = b.last_bn().op->dy;
       inplanes = planes * expansion;
@@ -166,7 +173,13 @@ ResNet::ResNet(Backend& backend, const ModelSpec& spec) : backend_(backend), spe
     }
   }
   avgpool_ = backend_.global_avg_pool("avgpool", x, dx);
+  layer_shapes_.push_back({LayerShape::Kind::avg_pool, "avgpool", conv_shape(x, x->dims[1], 1, 1, 0)});
   fc_ = backend_.linear("fc", avgpool_->y, avgpool_->dy, spec.num_classes);
+  {
+    ConvShape fc;
+    fc.n = spec.batch, fc.c = inplanes, fc.k = spec.num_classes;
+    layer_shapes_.push_back({LayerShape::Kind::linear, "fc", fc});
+  }
   state_.push_back({"fc.weight", StateEntry::Kind::parameter, fc_->weight, fc_->weight_grad,
                     {spec.num_classes, inplanes}});
   state_.push_back({"fc.bias", StateEntry::Kind::parameter, fc_->bias, fc_->bias_grad,

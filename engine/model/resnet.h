@@ -34,6 +34,20 @@ struct StateEntry {
   std::vector<int64_t> dims; // canonical
 };
 
+// One layer as the model built it, for counting its work
+// (engine/model/step_flops.h). Every kind in ConvShape's terms: n, c, h, w
+// the input; conv: k, r, s, stride, pad as built; batch_norm, avg_pool,
+// residual: k = c; max_pool: its window in r, s, stride, pad; linear: c the
+// input features, k the output features, h = w = 1.
+struct LayerShape {
+  enum class Kind { conv, batch_norm, max_pool, avg_pool, linear, residual };
+  Kind kind = Kind::conv;
+  std::string name;  // as profile.layers names it ("layer1.0.conv1", "layer1.0.residual")
+  ConvShape shape;
+  bool input_grad = true;  // conv: backward-data runs (not for conv1: the image needs none)
+  BnActivation activation = BnActivation::none;  // batch_norm
+};
+
 // Called around every layer's forward and backward when per-layer profiling is
 // on (NVTX ranges, host timers); empty = no cost.
 struct LayerHooks {
@@ -75,6 +89,10 @@ class ResNet {
 
   void set_layer_hooks(LayerHooks hooks) { hooks_ = std::move(hooks); }
 
+  // Every layer as built, in the order of the forward pass (the residual
+  // gradient sums, one per block, after the block's layers).
+  const std::vector<LayerShape>& layer_shapes() const { return layer_shapes_; }
+
   struct Block;  // a bottleneck or basic block
  private:
   struct Conv;
@@ -96,6 +114,7 @@ class ResNet {
   std::unique_ptr<PoolOp> avgpool_;
   std::unique_ptr<LinearOp> fc_;
   std::vector<StateEntry> state_;
+  std::vector<LayerShape> layer_shapes_;
 };
 
 // Block layout per arch: {bottleneck?, blocks per stage}. Throws for an

@@ -64,6 +64,19 @@ TEST_CASE("xrun run trains a learnable experiment: complete, loss falls, accurac
   CHECK(show.status == 0);
   CHECK_THAT(show.output, Contains(uuid) && Contains("throughput") && Contains("forward") &&
                               Contains("model.arch = \"resnet18\""));
+  // The step's FLOPs (engine/model/step_flops.h; resnet18 at 16x16, batch
+  // 16: about 3 x 16 x 0.0093 GFLOP x 2) and the achieved rate, as show
+  // prints them and as --json gives them.
+  const double flops = f.sql_double("SELECT flops_per_step FROM runs");
+  CHECK(flops > 0.5e9);
+  CHECK(flops < 2e9);
+  CHECK_THAT(show.output, Contains("GFLOP per step") && Contains("FLOP/s achieved"));
+  auto show_json = f.xrun("show --json " + uuid.substr(0, 8) + " --db " + shell_quote(f.db()));
+  const auto j = nlohmann::json::parse(show_json.output);
+  CHECK(j.at("flops_per_step").get<double>() == flops);
+  CHECK(j.at("achieved_flops").get<double>() ==
+        Approx(flops * f.sql_double("SELECT measured_steps FROM runs") /
+               f.sql_double("SELECT measured_seconds FROM runs")).epsilon(1e-12));
   // The phase table: the step phases' shares add up to 100% of the measured
   // steps; eval, over the whole run, is listed apart with no share.
   const std::string& text = show.output;
@@ -292,4 +305,37 @@ TEST_CASE("xrun run: a shared resumed checkpoint is refused, never stored comple
                              Contains("expected " + std::to_string(whole.size()) + " bytes") &&
                              Contains("found " + std::to_string(whole.size() - 1000)));
   CHECK(cut.output.find("not an xrun checkpoint") == std::string::npos);
+}
+
+TEST_CASE("xrun doctor --peak: the CPU's peaks stored, and a run's % of peak from them", "[cli][train][peak]") {
+  CliFixture f;
+  CHECK(f.xrun("doctor --peak --threads -1 --db " + shell_quote(f.db())).status == 2);
+  auto peak = f.xrun("doctor --peak --threads 2 --db " + shell_quote(f.db()));
+  INFO(peak.output);
+  REQUIRE(peak.status == 0);
+  CHECK_THAT(peak.output, Contains("fp32 matmul") && Contains("GB/s (read + write)"));
+  CHECK(f.sql("SELECT count(*) FROM cpu_peaks WHERE threads = 2") == "1");
+  const double fp32_peak = f.sql_double("SELECT fp32_flops FROM cpu_peaks");
+  CHECK(fp32_peak > 1e9);
+  CHECK(f.sql_double("SELECT copy_bytes_per_s FROM cpu_peaks") > 1e8);
+  // Measured again: replaced, not added.
+  REQUIRE(f.xrun("doctor --peak --threads 2 --db " + shell_quote(f.db())).status == 0);
+  CHECK(f.sql("SELECT count(*) FROM cpu_peaks") == "1");
+  const double stored_peak = f.sql_double("SELECT fp32_flops FROM cpu_peaks");
+
+  // An fp32 run on 2 threads takes the fp32 peak; one on 1 thread finds none.
+  const std::string file = f.write_experiment("peak.toml", small_experiment("peak"));
+  REQUIRE(f.xrun(run_args(f, file) + " --set train.epochs=1").status == 0);
+  REQUIRE(f.xrun(run_args(f, file) + " --set train.epochs=1 --set train.threads=1").status == 0);
+  CHECK(f.sql_double("SELECT peak_flops FROM runs WHERE id = 1") == stored_peak);
+  CHECK_THAT(f.sql("SELECT peak_source FROM runs WHERE id = 1"),
+             Contains("xrun doctor --peak") && Contains("fp32 matmul, 2 threads"));
+  CHECK(f.sql("SELECT peak_flops IS NULL AND peak_source IS NULL FROM runs WHERE id = 2") == "1");
+  auto with = f.xrun("show 1 --db " + shell_quote(f.db()));
+  auto without = f.xrun("show 2 --db " + shell_quote(f.db()));
+  CHECK_THAT(with.output, Contains("of peak") && Contains("% of ") && Contains("FLOP/s (measured"));
+  CHECK_THAT(without.output, Contains("no peak measured for this CPU"));
+  const auto j = nlohmann::json::parse(f.xrun("show --json 1 --db " + shell_quote(f.db())).output);
+  CHECK(j.at("peak_flops").get<double>() == Approx(stored_peak).epsilon(1e-12));
+  CHECK(j.at("achieved_flops").get<double>() < stored_peak);
 }

@@ -227,7 +227,7 @@ TEST_CASE("merge: runs of two machines arrive with every row of every per-run ta
   CHECK(merged.get_run(m.uuids_a[1])->info.error == "out of memory, at step 2");
 }
 
-TEST_CASE("merge: only experiments, runs and conv_algo_cache lack a run column",
+TEST_CASE("merge: only experiments, runs, conv_algo_cache and cpu_peaks lack a run column",
           "[store][merge]") {
   // Every other table is copied as a run's child; a new table without a
   // `run` column would need merge_stores to learn how to merge it.
@@ -239,7 +239,7 @@ TEST_CASE("merge: only experiments, runs and conv_algo_cache lack a run column",
       "SELECT group_concat(name, ',') FROM (SELECT m.name FROM sqlite_master m"
       " WHERE m.type = 'table' AND NOT EXISTS (SELECT 1 FROM pragma_table_info(m.name) p"
       " WHERE p.name = 'run') ORDER BY m.name)");
-  CHECK(others == "conv_algo_cache,experiments,runs");
+  CHECK(others == "conv_algo_cache,cpu_peaks,experiments,runs");
 }
 
 TEST_CASE("merge: merging twice adds nothing", "[store][merge]") {
@@ -297,6 +297,32 @@ TEST_CASE("merge: conv_algo_cache entries merge by (device_key, key), the newer 
   CHECK(sql_text(out, "SELECT updated_at FROM conv_algo_cache WHERE key = 'k1'") ==
         "2025-02-01T00:00:00.000Z");
   CHECK(count_rows(out, "conv_algo_cache") == 3);
+}
+
+TEST_CASE("merge: CPU peaks merge by (cpu, isa, threads), the newer measurement winning",
+          "[store][merge]") {
+  TempDir tmp;
+  const std::string in = tmp.file("in.db"), out = tmp.file("out.db");
+  auto peaks = [](const std::string& path, double fp32, const std::vector<int>& threads) {
+    Store store(path);
+    for (int t : threads) store.put_cpu_peak({"Xeon", "avx512_core_amx", t, fp32, 0, 2e10, "k", ""});
+  };
+  peaks(out, 1e11, {1, 2});
+  peaks(in, 2e11, {2, 4});
+  sql_exec(out, "UPDATE cpu_peaks SET measured_at = CASE threads WHEN 1 THEN"
+                " '2026-01-01T00:00:00.000Z' ELSE '2026-03-01T00:00:00.000Z' END");
+  sql_exec(in, "UPDATE cpu_peaks SET measured_at = '2026-02-01T00:00:00.000Z'");
+  merge_stores(out, {in});
+  auto fp32 = [&](int threads) {
+    return sql_text(out, "SELECT fp32_flops FROM cpu_peaks WHERE threads = " + std::to_string(threads));
+  };
+  CHECK(fp32(1) == "100000000000.0");  // only the output had it
+  CHECK(fp32(2) == "100000000000.0");  // the output's is newer
+  CHECK(fp32(4) == "200000000000.0");  // only the input had it
+  CHECK(count_rows(out, "cpu_peaks") == 3);
+  sql_exec(in, "UPDATE cpu_peaks SET measured_at = '2026-04-01T00:00:00.000Z'");
+  merge_stores(out, {in});
+  CHECK(fp32(2) == "200000000000.0");  // now the input's is newer
 }
 
 TEST_CASE("merge: an input of every older schema version is migrated in a copy, its bytes unchanged",

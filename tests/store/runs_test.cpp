@@ -43,6 +43,9 @@ RunSummary make_summary() {
   s.final_loss = 0.75;
   s.test_accuracy = kNaN;  // not evaluated
   s.test_loss = kNaN;
+  s.flops_per_step = 6.291e12;
+  s.peak_flops = 165.2e12;
+  s.peak_source = "published: NVIDIA GeForce RTX 4090 D, bf16 dense";
   s.batch_size = 512;
   return s;
 }
@@ -242,6 +245,10 @@ TEST_CASE("records round-trip, NaN stored as NULL and read back as NaN", "[store
   CHECK(s.peak_memory_bytes == sum.peak_memory_bytes);
   CHECK(s.skipped_steps == sum.skipped_steps);
   CHECK(s.final_loss == sum.final_loss);
+  CHECK(s.flops_per_step == sum.flops_per_step);
+  CHECK(s.peak_flops == sum.peak_flops);
+  CHECK(s.peak_source == sum.peak_source);
+  CHECK(achieved_flops(s) == Approx(6.291e12 * 90 / 18.5).epsilon(1e-15));
   CHECK(std::isnan(s.test_accuracy));
   CHECK(std::isnan(s.test_loss));
   CHECK(s.batch_size == 512);
@@ -561,4 +568,27 @@ TEST_CASE("findings round trip", "[store]") {
   CHECK(d->findings[0].check == "data_wait");
   CHECK(d->findings[0].message == "steps waited 30%");
   CHECK(d->findings[1].value == 4);
+}
+
+TEST_CASE("CPU peaks: one row per CPU, ISA and thread count, replaced when measured again", "[store]") {
+  TempDir tmp;
+  Store store(tmp.file("r.db"));
+  CHECK_FALSE(store.cpu_peak("Xeon", "avx512_core_amx", 2));
+  CpuPeakRecord p{"Xeon", "avx512_core_amx", 2, 2.9e11, 1.7e12, 2.3e10, "fp32: brg, bf16: brg_amx", ""};
+  store.put_cpu_peak(p);
+  CpuPeakRecord avx2{"Xeon", "avx2", 2, 1.5e11, 0, 2.2e10, "fp32: gemm:jit", ""};
+  store.put_cpu_peak(avx2);
+  const auto got = store.cpu_peak("Xeon", "avx512_core_amx", 2);
+  REQUIRE(got);
+  CHECK(got->fp32_flops == 2.9e11);
+  CHECK(got->bf16_flops == 1.7e12);
+  CHECK(got->copy_bytes_per_s == 2.3e10);
+  CHECK(got->kernels == "fp32: brg, bf16: brg_amx");
+  CHECK(got->measured_at.size() == 24);  // 2026-12-06T04:52:43.355Z
+  CHECK_FALSE(store.cpu_peak("Xeon", "avx512_core_amx", 1));
+  CHECK(store.cpu_peak("Xeon", "avx2", 2)->bf16_flops == 0);
+  p.fp32_flops = 3.0e11;
+  store.put_cpu_peak(p);
+  CHECK(store.cpu_peak("Xeon", "avx512_core_amx", 2)->fp32_flops == 3.0e11);
+  CHECK(sql_int(tmp.file("r.db"), "SELECT count(*) FROM cpu_peaks") == 2);
 }

@@ -1,0 +1,69 @@
+// runner/peak_command.cpp: `xrun doctor --peak`: measures this CPU's peaks
+// (engine/cpu/peak_probe.h), prints them and keeps them in the store, where
+// every later run on this CPU, oneDNN ISA and thread count finds the peak of
+// its precision (attach_cpu_peak, called as a run is stored).
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "engine/cpu/peak_probe.h"
+#include "engine/device/device_info.h"
+#include "runner/commands.h"
+#include "runner/output.h"
+#include "store/store.h"
+
+namespace xrun::cli {
+
+int peak_command(const PeakArgs& args) {
+  try {
+    if (args.threads < 0) {
+      std::cerr << "xrun: doctor --threads " << args.threads << ": give 1 or more\n";
+      return 2;
+    }
+    const CpuInfo cpu = query_cpu();
+    const int threads = args.threads > 0 ? args.threads : omp_get_num_procs();
+    std::cout << "measuring " << cpu.model << " (oneDNN ISA " << cpu.onednn_isa << ") on "
+              << threads << " thread(s): a " << 2048 << "^3 matmul in fp32"
+              << " and bf16 where oneDNN has bf16 kernels, and a 256 MiB copy ...\n";
+    const cpu::CpuPeak p = cpu::measure_cpu_peak(threads);
+    CpuPeakRecord rec;
+    rec.cpu = cpu.model;
+    rec.isa = cpu.onednn_isa;
+    rec.threads = p.threads;
+    rec.fp32_flops = p.fp32_flops;
+    rec.bf16_flops = p.bf16_flops;
+    rec.copy_bytes_per_s = p.copy_bytes_per_s;
+    rec.kernels = "fp32: " + p.fp32_kernel + (p.bf16_kernel.empty() ? "" : ", bf16: " + p.bf16_kernel);
+    std::cout << "  fp32 matmul  " << flops_text(p.fp32_flops, "FLOP/s") << " (" << p.fp32_kernel
+              << ")\n"
+              << "  bf16 matmul  "
+              << (p.bf16_flops > 0 ? flops_text(p.bf16_flops, "FLOP/s") + " (" + p.bf16_kernel + ")"
+                                   : std::string("- (no oneDNN bf16 kernels on this CPU, or above the ISA cap)"))
+              << "\n  copy         " << fixed(p.copy_bytes_per_s / 1e9, 1)
+              << " GB/s (read + write)\n";
+    store::Store db(args.db);
+    db.put_cpu_peak(rec);
+    std::cout << "stored in " << args.db << ": runs on this CPU with train.threads = " << threads
+              << " now report their % of peak\n";
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "xrun: doctor --peak: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+void attach_cpu_peak(const store::Store& db, const Environment& env, Precision precision,
+                     RunSummary& summary) {
+  const int threads = std::atoi(env.get("cpu_threads").c_str());
+  const auto peak = db.cpu_peak(env.get("device_name"), env.get("onednn_isa"), threads);
+  if (!peak) return;
+  const double flops = precision == Precision::bf16 ? peak->bf16_flops : peak->fp32_flops;
+  if (!(flops > 0)) return;
+  summary.peak_flops = flops;
+  summary.peak_source = std::string("measured by xrun doctor --peak: ") + to_string(precision) +
+                        " matmul, " + std::to_string(threads) + " threads, " + peak->measured_at;
+}
+
+}  // namespace xrun::cli
