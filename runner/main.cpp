@@ -219,6 +219,16 @@ int main(int argc, char** argv) {
                          "With --peak: threads to measure with (default: every core), as "
                          "train.threads");
   doctor_cmd->callback([&] {
+    if (doctor_peak && (doctor_json || !require.empty())) {
+      std::cerr << "xrun: doctor --peak measures and stores; it takes neither --json nor --require\n";
+      code = 2;
+      return;
+    }
+    if (!doctor_peak && (doctor_cmd->count("--db") || doctor_cmd->count("--threads"))) {
+      std::cerr << "xrun: doctor: --db and --threads go with --peak\n";
+      code = 2;
+      return;
+    }
     code = doctor_peak ? xrun::cli::peak_command(peak)
                        : xrun::run_doctor(std::cout, std::cerr, doctor_json, require);
   });

@@ -92,7 +92,6 @@ void ResNet::add_state(const std::string& prefix, BatchNormOp& op) {
                     {}});
 }
 
-
 ResNet::ResNet(Backend& backend, const ModelSpec& spec) : backend_(backend), spec_(spec) {
   const ResNetLayout layout = resnet_layout(spec.arch);
   if (spec.num_classes < 1) throw std::invalid_argument("num_classes must be >= 1");

@@ -310,6 +310,8 @@ TEST_CASE("xrun run: a shared resumed checkpoint is refused, never stored comple
 TEST_CASE("xrun doctor --peak: the CPU's peaks stored, and a run's % of peak from them", "[cli][train][peak]") {
   CliFixture f;
   CHECK(f.xrun("doctor --peak --threads -1 --db " + shell_quote(f.db())).status == 2);
+  CHECK(f.xrun("doctor --peak --json --db " + shell_quote(f.db())).status == 2);
+  CHECK(f.xrun("doctor --threads 2").status == 2);  // only with --peak
   auto peak = f.xrun("doctor --peak --threads 2 --db " + shell_quote(f.db()));
   INFO(peak.output);
   REQUIRE(peak.status == 0);
