@@ -148,6 +148,11 @@ struct RunSummary {
   // where none is known.
   double peak_flops = std::numeric_limits<double>::quiet_NaN();
   std::string peak_source;
+  // The device's peak memory bandwidth (bytes/s) and where it came from (GPU:
+  // memory clock and bus width from the driver; CPU: doctor --peak's copy);
+  // NaN and "" where none is known.
+  double peak_bytes_per_s = std::numeric_limits<double>::quiet_NaN();
+  std::string peak_bandwidth_source;
 };
 
 // A CPU's measured peaks (`xrun doctor --peak`, engine/cpu/peak_probe.h),

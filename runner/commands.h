@@ -101,14 +101,17 @@ struct RunsArgs {
 int runs_command(const RunsArgs& args);
 
 // `xrun doctor --peak` (runner/peak_command.cpp): this CPU's measured peaks
-// into the store; attach_cpu_peak gives a CPU run the peak of its precision.
+// into the store. attach_peak gives a run its device's FLOP/s peak for its
+// precision and its memory bandwidth peak: a CPU run from the store's
+// measurement (none until doctor --peak ran), a GPU run from its card's
+// published table row or architecture rate (engine/device/gpu_peaks.h).
 struct PeakArgs {
   std::string db = "xrun.db";
   int threads = 0;  // 0: every core this process may use
 };
 int peak_command(const PeakArgs& args);
-void attach_cpu_peak(const store::Store& db, const Environment& env, Precision precision,
-                     RunSummary& summary);
+void attach_peak(const store::Store& db, const Environment& env, Precision precision, bool gpu,
+                 RunSummary& summary);
 
 struct ShowArgs {
   std::string run;  // id or UUID prefix

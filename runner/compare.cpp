@@ -368,6 +368,15 @@ CompareCell make_cell(const std::string& value, const std::vector<const Candidat
   }
   cell.measured_steps = static_cast<int64_t>(steps.size());
   cell.throughput = throughput(steps);
+  // A cell's runs share every setting, so one FLOP count per image: the
+  // ratio of a run's FLOP/s to its img/s over the same measured steps.
+  for (const Candidate* run : runs) {
+    const store::RunInfo& r = run->info;
+    if (std::isnan(cell.achieved_flops) && std::isfinite(r.achieved_flops) && r.throughput > 0)
+      cell.achieved_flops = r.achieved_flops / r.throughput * cell.throughput;
+    if (std::isnan(cell.peak_flops) && r.peak_flops > 0) cell.peak_flops = r.peak_flops;
+  }
+  cell.fraction_of_peak = cell.achieved_flops / cell.peak_flops;
   return cell;
 }
 

@@ -19,10 +19,12 @@
 // interval (each side resampled with replacement, independently, at two
 // levels: its runs, then each chosen run's steps, so disagreeing repeats
 // widen the interval; the 2.5% and 97.5% percentiles of the resampled
-// ratios).
+// ratios). Per cell also its FLOP/s and share of the device's peak, from
+// the figures its runs stored (schema 9's run_summary).
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -51,6 +53,12 @@ struct CompareCell {
   double ratio_lo = 1, ratio_hi = 1; // 95% bootstrap interval of the ratio
   bool interval_includes_one = true; // no clear difference from the baseline
   bool is_baseline = false;          // (ratio and interval exactly 1)
+  // FLOP/s at the cell's throughput (its runs' FLOPs per image x img/s), the
+  // device's peak for the precision, and their ratio; NaN where its runs
+  // stored no FLOP count or no peak.
+  double achieved_flops = std::numeric_limits<double>::quiet_NaN();
+  double peak_flops = std::numeric_limits<double>::quiet_NaN();
+  double fraction_of_peak = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Runs whose settings (other than the compared key) are all equal. Every

@@ -2,6 +2,7 @@
 // setting (runner/compare.h), printed as an aligned table, a GitHub Markdown
 // table, CSV or JSON. Runs that take no part are listed (on stderr for CSV).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <stdexcept>
@@ -42,11 +43,42 @@ std::string interval_text(const CompareCell& cell) {
   return "[" + fixed(cell.ratio_lo, 3) + ", " + fixed(cell.ratio_hi, 3) + "]";
 }
 
+// "38%", "-" where not known.
+std::string percent(double fraction) {
+  return std::isfinite(fraction) ? fixed(100.0 * fraction, 0) + "%" : "-";
+}
+
+// With one group (two cards, two precisions): each value against the
+// baseline in a sentence, "RTX 4090 D: 1.41x the throughput of RTX 3090
+// [1.38, 1.44]; 41% of its peak against 38%".
+void print_sentences(const Comparison& c) {
+  if (c.groups.size() != 1) return;
+  const CompareGroup& g = c.groups.front();
+  const CompareCell* base = nullptr;
+  for (const CompareCell& cell : g.cells)
+    if (cell.is_baseline) base = &cell;
+  if (!base) return;
+  std::cout << "\n";
+  for (const CompareCell& cell : g.cells) {
+    if (cell.is_baseline) continue;
+    std::cout << terminal_text(cell.value) << ": " << fixed(cell.ratio, 2) << "x the throughput of "
+              << terminal_text(base->value) << " " << interval_text(cell)
+              << (cell.interval_includes_one ? " (no clear difference)"
+                  : cell.ratio > 1       ? " (faster)"
+                                         : " (slower)");
+    if (std::isfinite(cell.fraction_of_peak) || std::isfinite(base->fraction_of_peak))
+      std::cout << "; " << percent(cell.fraction_of_peak) << " of its peak against "
+                << percent(base->fraction_of_peak);
+    std::cout << "\n";
+  }
+}
+
 std::vector<std::string> cell_row(const CompareGroup& g, const CompareCell& cell) {
   std::vector<std::string> row;
   for (const auto& [key, value] : g.settings) row.push_back(value);
   row.insert(row.end(), {cell.value, std::to_string(cell.run_uuids.size()),
                          std::to_string(cell.measured_steps), fixed(cell.throughput, 1),
+                         flops_text(cell.achieved_flops, "FLOP/s"), percent(cell.fraction_of_peak),
                          fixed(cell.ratio, 3), interval_text(cell),
                          !cell.is_baseline && cell.interval_includes_one ? kNoClearDifference : "",
                          mib(cell.peak_memory_bytes)});
@@ -57,9 +89,10 @@ TextTable comparison_cells(const Comparison& c) {
   TextTable t;
   t.header = setting_keys(c);
   t.right_aligned.assign(t.header.size(), false);
-  t.header.insert(t.header.end(), {c.by, "runs", "steps", "img/s", "ratio", "95% interval", "",
-                                   "peak memory"});
-  t.right_aligned.insert(t.right_aligned.end(), {false, true, true, true, true, false, false, true});
+  t.header.insert(t.header.end(), {c.by, "runs", "steps", "img/s", "achieved", "of peak", "ratio",
+                                   "95% interval", "", "peak memory"});
+  t.right_aligned.insert(t.right_aligned.end(),
+                         {false, true, true, true, true, true, true, false, false, true});
   for (const CompareGroup& g : c.groups)
     for (const CompareCell& cell : g.cells) t.rows.push_back(cell_row(g, cell));
   return t;
@@ -125,6 +158,7 @@ void print_table(const Comparison& c, const CompareOptions& o) {
             << ": throughput ratio to the baseline with its 95% bootstrap interval ("
             << o.bootstrap_samples << " resamples)\n\n";
   print_aligned(comparison_table(c), setting_keys(c).size());
+  print_sentences(c);
   if (any_unclear(c)) std::cout << "\n" << kLegend << "\n";
   if (c.unmatched.empty()) return;
   std::cout << "\n" << c.unmatched.size() << " complete run(s) without a match:\n";
@@ -182,7 +216,8 @@ std::vector<std::string> csv_row(size_t group_index, const CompareGroup& g,
   row.insert(row.end(), {cell.value, cell.is_baseline ? "true" : "false",
                          std::to_string(cell.run_uuids.size()),
                          std::to_string(cell.measured_steps), csv_number(cell.throughput),
-                         csv_number(cell.ratio), csv_number(cell.ratio_lo),
+                         csv_number(cell.achieved_flops), csv_number(cell.peak_flops),
+                         csv_number(cell.fraction_of_peak), csv_number(cell.ratio), csv_number(cell.ratio_lo),
                          csv_number(cell.ratio_hi), cell.interval_includes_one ? "true" : "false",
                          std::to_string(cell.peak_memory_bytes), joined_uuids(cell)});
   return row;
@@ -196,7 +231,8 @@ void print_csv_line(const std::vector<std::string>& fields) {
 void print_csv(const Comparison& c) {
   std::vector<std::string> header = {"group", "match_key"};
   for (const std::string& key : setting_keys(c)) header.push_back(key);
-  header.insert(header.end(), {c.by, "baseline", "runs", "measured_steps", "throughput", "ratio",
+  header.insert(header.end(), {c.by, "baseline", "runs", "measured_steps", "throughput",
+                               "achieved_flops", "peak_flops", "fraction_of_peak", "ratio",
                                "ratio_lo", "ratio_hi", "interval_includes_one",
                                "peak_memory_bytes", "run_uuids"});
   print_csv_line(header);
@@ -211,6 +247,9 @@ json cell_json(const CompareCell& cell) {
           {"run_uuids", cell.run_uuids},
           {"measured_steps", cell.measured_steps},
           {"throughput", number_or_null(cell.throughput)},
+          {"achieved_flops", number_or_null(cell.achieved_flops)},
+          {"peak_flops", number_or_null(cell.peak_flops)},
+          {"fraction_of_peak", number_or_null(cell.fraction_of_peak)},
           {"peak_memory_bytes", cell.peak_memory_bytes},
           {"ratio", number_or_null(cell.ratio)},
           {"ratio_lo", number_or_null(cell.ratio_lo)},

@@ -35,13 +35,15 @@ using nlohmann::json;
 using Row = std::vector<json>;
 using Cells = std::vector<store::Cell>;
 
-// The columns `xrun runs --format csv` prints, then host, error, finished_at:
-// all read from the run_summary view.
+// The columns `xrun runs --format csv` prints, then host, error, finished_at,
+// flops_per_step, peak_flops, peak_bytes_per_s: all read from the run_summary
+// view.
 const std::vector<std::string> kRunColumns = {
     "id", "uuid", "experiment", "sweep_index", "status", "label", "device", "device_name",
     "batch_size", "precision", "cudnn_benchmark", "workers", "throughput", "step_ms_median",
-    "step_ms_p10", "step_ms_p90", "peak_memory_bytes", "test_accuracy", "started_at", "host",
-    "error", "finished_at"};
+    "step_ms_p10", "step_ms_p90", "peak_memory_bytes", "test_accuracy", "achieved_flops",
+    "fraction_of_peak", "started_at", "host", "error", "finished_at", "flops_per_step",
+    "peak_flops", "peak_bytes_per_s"};
 
 // What leads each row of a per-run table: the run it belongs to.
 const std::vector<std::string> kRunKeyColumns = {"uuid", "label", "experiment", "device_name"};

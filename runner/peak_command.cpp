@@ -1,7 +1,8 @@
 // runner/peak_command.cpp: `xrun doctor --peak`: measures this CPU's peaks
 // (engine/cpu/peak_probe.h), prints them and keeps them in the store, where
 // every later run on this CPU, oneDNN ISA and thread count finds the peak of
-// its precision (attach_cpu_peak, called as a run is stored).
+// its precision (attach_peak, called as a run is stored, which gives a GPU
+// run its card's peaks from engine/device/gpu_peaks.h).
 #include <omp.h>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "engine/cpu/peak_probe.h"
 #include "engine/device/device_info.h"
+#include "engine/device/gpu_peaks.h"
 #include "runner/commands.h"
 #include "runner/output.h"
 #include "store/store.h"
@@ -54,16 +56,34 @@ int peak_command(const PeakArgs& args) {
   }
 }
 
-void attach_cpu_peak(const store::Store& db, const Environment& env, Precision precision,
-                     RunSummary& summary) {
+void attach_peak(const store::Store& db, const Environment& env, Precision precision, bool gpu,
+                 RunSummary& summary) {
+  if (gpu) {
+    const GpuPeak peak = gpu_peak(gpu_spec_from_environment(env), precision);
+    if (peak.flops > 0) {
+      summary.peak_flops = peak.flops;
+      summary.peak_source = peak.flops_source;
+    }
+    if (peak.bytes_per_s > 0) {
+      summary.peak_bytes_per_s = peak.bytes_per_s;
+      summary.peak_bandwidth_source = peak.bandwidth_source;
+    }
+    return;
+  }
   const int threads = std::atoi(env.get("cpu_threads").c_str());
   const auto peak = db.cpu_peak(env.get("device_name"), env.get("onednn_isa"), threads);
   if (!peak) return;
+  const std::string measured = std::to_string(threads) + " threads, " + peak->measured_at;
   const double flops = precision == Precision::bf16 ? peak->bf16_flops : peak->fp32_flops;
-  if (!(flops > 0)) return;
-  summary.peak_flops = flops;
-  summary.peak_source = std::string("measured by xrun doctor --peak: ") + to_string(precision) +
-                        " matmul, " + std::to_string(threads) + " threads, " + peak->measured_at;
+  if (flops > 0) {
+    summary.peak_flops = flops;
+    summary.peak_source = std::string("measured by xrun doctor --peak: ") + to_string(precision) +
+                          " matmul, " + measured;
+  }
+  if (peak->copy_bytes_per_s > 0) {
+    summary.peak_bytes_per_s = peak->copy_bytes_per_s;
+    summary.peak_bandwidth_source = "measured by xrun doctor --peak: a 256 MiB copy, " + measured;
+  }
 }
 
 }  // namespace xrun::cli

@@ -48,7 +48,7 @@ int runs_command(const RunsArgs& args) {
                             "device", "device_name", "batch_size", "precision",
                             "cudnn_benchmark", "workers", "throughput", "step_ms_median",
                             "step_ms_p10", "step_ms_p90", "peak_memory_bytes", "test_accuracy",
-                            "started_at"};
+                            "achieved_flops", "fraction_of_peak", "started_at"};
       for (size_t i = 0; i < std::size(cols); ++i) std::cout << (i ? "," : "") << cols[i];
       std::cout << "\n";
       for (const auto& r : runs) {
@@ -61,20 +61,22 @@ int runs_command(const RunsArgs& args) {
         std::cout << "\n";
       }
     } else {
-      std::printf("%4s  %-8s  %-16s %4s  %-11s %-14s %-7s %6s %-9s %9s %9s %7s\n", "id", "uuid",
-                  "experiment", "#", "status", "label", "device", "batch", "precision", "img/s",
-                  "step ms", "acc %");
+      std::printf("%4s  %-8s  %-16s %4s  %-11s %-14s %-7s %6s %-9s %9s %9s %9s %6s %7s\n", "id",
+                  "uuid", "experiment", "#", "status", "label", "device", "batch", "precision",
+                  "img/s", "step ms", "FLOP/s", "% peak", "acc %");
       // Text of any script is cut and padded by terminal columns, not bytes;
       // stored text (another program's, a merged store's) with its control
       // characters escaped.
       const auto t = [](const std::string& s) { return terminal_text(s); };
       for (const auto& r : runs)
-        std::printf("%4lld  %-8s  %s %4d  %-11s %s %-7s %6d %-9s %9s %9s %7s\n",
+        std::printf("%4lld  %-8s  %s %4d  %-11s %s %-7s %6d %-9s %9s %9s %9s %6s %7s\n",
                     static_cast<long long>(r.id), t(r.uuid.substr(0, 8)).c_str(),
                     fit(t(r.experiment), 16).c_str(), r.sweep_index, t(r.status).c_str(),
                     fit(t(r.label), 14).c_str(), t(r.device).c_str(), r.batch_size,
                     t(r.precision).c_str(), r.throughput > 0 ? fixed(r.throughput, 1).c_str() : "-",
                     r.step_ms_median > 0 ? fixed(r.step_ms_median, 1).c_str() : "-",
+                    flops_text(r.achieved_flops, "").c_str(),
+                    fixed(100.0 * r.fraction_of_peak, 1).c_str(),
                     fixed(100.0 * r.test_accuracy, 2).c_str());
       std::printf("%zu run(s)\n", runs.size());
     }
@@ -124,6 +126,8 @@ int show_command(const ShowArgs& args) {
       j["achieved_flops"] = number_or_null(achieved_flops(d.summary));
       j["peak_flops"] = number_or_null(d.summary.peak_flops);
       j["peak_source"] = d.summary.peak_source;
+      j["peak_bytes_per_s"] = number_or_null(d.summary.peak_bytes_per_s);
+      j["peak_bandwidth_source"] = d.summary.peak_bandwidth_source;
       json findings = json::array();
       for (const auto& f : d.findings)
         findings.push_back({{"check", f.check}, {"message", f.message}, {"value", f.value}});
@@ -169,6 +173,9 @@ int show_command(const ShowArgs& args) {
           << t(d.summary.peak_source) << ")\n";
       else if (std::isfinite(d.summary.flops_per_step) && r.device == "cpu")
         o << "  of peak      - (no peak measured for this CPU: `xrun doctor --peak`)\n";
+      if (std::isfinite(d.summary.peak_bytes_per_s))
+        o << "  memory roof  " << fixed(d.summary.peak_bytes_per_s / 1e9, 1) << " GB/s ("
+          << t(d.summary.peak_bandwidth_source) << ")\n";
       o << "  data wait    " << fixed(100.0 * d.summary.data_wait_fraction, 1)
         << "% of measured step time\n"
         << "  memory       peak " << mib(d.summary.peak_memory_bytes) << "\n"

@@ -303,8 +303,8 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     db.write_conv_algorithms(uuid, result.conv_algorithms, device_key);
     db.write_findings(uuid, result.findings);
     db.write_trace(uuid, result.trace);
-    if (!cfg.train.device.is_gpu())
-      attach_cpu_peak(db, result.environment, cfg.train.precision, result.summary);
+    attach_peak(db, result.environment, cfg.train.precision, cfg.train.device.is_gpu(),
+                result.summary);
     db.finish_run(uuid, store::RunStatus::complete, result.summary);
     batch.commit();
     const std::string line = complete_line(result.summary.throughput,

@@ -3,7 +3,7 @@
 // then migrate). PRAGMA user_version holds the number of the last migration
 // applied; PRAGMA application_id = 'xrun' marks the file as an xrun store.
 //
-// Schema at the latest version (8):
+// Schema at the latest version (9):
 //
 //   experiments(id, name, file, description, first_seen)  UNIQUE(name, file)
 //   runs(id INTEGER PK, uuid UNIQUE (random v4), experiment -> experiments.id,
@@ -50,13 +50,20 @@
 //        runs.peak_source: the device's peak for the run's precision;
 //   cpu_peaks(cpu, isa, threads, fp32_flops, bf16_flops, copy_bytes_per_s,
 //        kernels, measured_at)  `xrun doctor --peak`'s measurements  [version 8]
+//   runs.peak_bytes_per_s, runs.peak_bandwidth_source: the device's memory
+//        bandwidth peak and where it came from; run_summary gains
+//        flops_per_step, achieved_flops, peak_flops, fraction_of_peak,
+//        peak_bytes_per_s  [version 9]
 //   view run_summary: one row per run: id, uuid, experiment (name),
 //        sweep_index, label, device, device_name, batch_size (summary, else
 //        run_params train.batch_size), precision, cudnn_benchmark, workers
 //        (run_params train.precision, train.cudnn_benchmark, data.workers),
 //        throughput, step_ms_median, step_ms_p10, step_ms_p90,
 //        peak_memory_bytes, test_accuracy, final_loss, status, started_at,
-//        finished_at, config_hash, experiment_hash, host, error   [version 2]
+//        finished_at, config_hash, experiment_hash, host, error   [version 2],
+//        flops_per_step, achieved_flops (FLOP/s over the measured steps),
+//        peak_flops, fraction_of_peak (achieved / peak), peak_bytes_per_s
+//        [version 9]
 //
 // Real numbers that are NaN are stored as NULL. Child rows reference
 // runs(id) with ON DELETE CASCADE.
@@ -334,9 +341,44 @@ CREATE TABLE cpu_peaks (
 );
 )sql";
 
+// Version 9: the device's memory bandwidth peak (the roofline's second roof)
+// beside its FLOP/s peak, and the efficiency figures in run_summary.
+constexpr const char* kVersion9 = R"sql(
+ALTER TABLE runs ADD COLUMN peak_bytes_per_s REAL;
+ALTER TABLE runs ADD COLUMN peak_bandwidth_source TEXT;
+DROP VIEW run_summary;
+CREATE VIEW run_summary AS
+SELECT
+  r.id, r.uuid, e.name AS experiment, r.sweep_index, r.label, r.device, r.device_name,
+  COALESCE(r.batch_size,
+           (SELECT CAST(p.value AS INTEGER) FROM run_params p
+             WHERE p.run = r.id AND p.key = 'train.batch_size' AND p.value GLOB '[0-9]*'))
+    AS batch_size,
+  (SELECT p.value FROM run_params p WHERE p.run = r.id AND p.key = 'train.precision')
+    AS precision,
+  (SELECT p.value FROM run_params p WHERE p.run = r.id AND p.key = 'train.cudnn_benchmark')
+    AS cudnn_benchmark,
+  (SELECT CAST(p.value AS INTEGER) FROM run_params p
+    WHERE p.run = r.id AND p.key = 'data.workers' AND p.value GLOB '[0-9]*')
+    AS workers,
+  r.throughput, r.step_ms_median, r.step_ms_p10, r.step_ms_p90, r.peak_memory_bytes,
+  r.test_accuracy, r.final_loss, r.status, r.started_at, r.finished_at,
+  r.config_hash, r.experiment_hash, r.host, r.error,
+  r.flops_per_step,
+  CASE WHEN r.measured_seconds > 0 AND r.measured_steps > 0
+       THEN r.flops_per_step * r.measured_steps / r.measured_seconds END AS achieved_flops,
+  r.peak_flops,
+  CASE WHEN r.measured_seconds > 0 AND r.measured_steps > 0 AND r.peak_flops > 0
+       THEN r.flops_per_step * r.measured_steps / r.measured_seconds / r.peak_flops END
+    AS fraction_of_peak,
+  r.peak_bytes_per_s
+FROM runs r JOIN experiments e ON e.id = r.experiment;
+)sql";
+
 // kMigrations[i] takes a file from version i to version i + 1.
-const std::vector<const char*> kMigrations = {kVersion1, kVersion2, kVersion3, kVersion4,
-                                              kVersion5, kVersion6, kVersion7, kVersion8};
+const std::vector<const char*> kMigrations = {kVersion1, kVersion2, kVersion3,
+                                              kVersion4, kVersion5, kVersion6,
+                                              kVersion7, kVersion8, kVersion9};
 
 // --- Opening ----------------------------------------------------------------------
 

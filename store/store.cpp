@@ -157,7 +157,8 @@ constexpr const char* kInfoColumns =
     "s.id, s.uuid, s.experiment, s.sweep_index, s.status, s.label, s.device, s.device_name,"
     " s.config_hash, s.experiment_hash, s.started_at, s.finished_at, s.batch_size, s.precision,"
     " s.cudnn_benchmark, s.workers, s.throughput, s.step_ms_median, s.step_ms_p10,"
-    " s.step_ms_p90, s.peak_memory_bytes, s.test_accuracy, s.final_loss, s.error";
+    " s.step_ms_p90, s.peak_memory_bytes, s.test_accuracy, s.final_loss, s.error,"
+    " s.achieved_flops, s.peak_flops, s.fraction_of_peak";
 
 RunInfo read_info(const Statement& st) {
   RunInfo r;
@@ -185,6 +186,9 @@ RunInfo read_info(const Statement& st) {
   r.test_accuracy = st.real(21);  // NaN when none
   r.final_loss = st.real(22);     // NaN when none
   r.error = st.text(23);
+  r.achieved_flops = st.real(24);  // NaN when none
+  r.peak_flops = st.real(25);
+  r.fraction_of_peak = st.real(26);
   return r;
 }
 
@@ -509,7 +513,8 @@ void Store::finish_run(const std::string& uuid, RunStatus status, const RunSumma
                   " peak_memory_bytes = ?13, skipped_steps = ?14, final_loss = ?15,"
                   " test_accuracy = ?16, test_loss = ?17, algo_search_ms = ?19,"
                   " cupti_overhead = ?20, cupti_steps = NULLIF(?21, 0), flops_per_step = ?22,"
-                  " peak_flops = ?23, peak_source = NULLIF(?24, '') WHERE id = ?18");
+                  " peak_flops = ?23, peak_source = NULLIF(?24, ''), peak_bytes_per_s = ?25,"
+                  " peak_bandwidth_source = NULLIF(?26, '') WHERE id = ?18");
     sum.bind(1, s.batch_size).bind(2, s.measured_steps).bind(3, s.measured_images);
     sum.bind(4, s.measured_seconds).bind(5, s.throughput).bind(6, s.step_ms_median);
     sum.bind(7, s.step_ms_p10).bind(8, s.step_ms_p90).bind(9, s.step_ms_mean);
@@ -517,7 +522,8 @@ void Store::finish_run(const std::string& uuid, RunStatus status, const RunSumma
     sum.bind(13, s.peak_memory_bytes).bind(14, s.skipped_steps).bind(15, s.final_loss);
     sum.bind(16, s.test_accuracy).bind(17, s.test_loss).bind(18, run).bind(19, s.algo_search_ms);
     sum.bind(20, s.cupti_overhead).bind(21, s.cupti_steps).bind(22, s.flops_per_step);
-    sum.bind(23, s.peak_flops).bind(24, s.peak_source);
+    sum.bind(23, s.peak_flops).bind(24, s.peak_source).bind(25, s.peak_bytes_per_s);
+    sum.bind(26, s.peak_bandwidth_source);
     sum.run();
   }
   tx.commit();
@@ -678,7 +684,8 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
                  " r.test_accuracy, r.test_loss, r.batch_size,"
                  " (SELECT count(*) FROM steps WHERE run = r.id), r.algo_search_ms,"
                  " r.cupti_overhead, coalesce(r.cupti_steps, 0), r.flops_per_step,"
-                 " r.peak_flops, coalesce(r.peak_source, '')"
+                 " r.peak_flops, coalesce(r.peak_source, ''), r.peak_bytes_per_s,"
+                 " coalesce(r.peak_bandwidth_source, '')"
                  " FROM runs r JOIN experiments e ON e.id = r.experiment WHERE r.id = ?1");
     st.bind(1, *id);
     st.step();
@@ -714,6 +721,8 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
       s.flops_per_step = st.real(27);
       s.peak_flops = st.real(28);
       s.peak_source = st.text(29);
+      s.peak_bytes_per_s = st.real(30);
+      s.peak_bandwidth_source = st.text(31);
     }
     d.step_count = st.int64(23);
   }

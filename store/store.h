@@ -98,6 +98,9 @@ struct RunInfo {
   double test_accuracy = 0; // NaN when none
   double final_loss = 0;
   std::string error;
+  // FLOP/s over the measured steps, the device's peak for the run's precision
+  // and their ratio; NaN where not known (schema 9's run_summary columns).
+  double achieved_flops = 0, peak_flops = 0, fraction_of_peak = 0;
 };
 
 // Everything `xrun show` prints about one run.

@@ -284,6 +284,7 @@ Environment collect_environment(const std::string& device) {
     f["memory_bytes"] = std::to_string(g.memory_bytes);
     f["clock_mhz"] = std::to_string(g.clock_mhz);
     f["memory_clock_mhz"] = std::to_string(g.memory_clock_mhz);
+    f["memory_bus_width"] = std::to_string(g.memory_bus_width);
   } else {
     f["cuda_status"] = cuda.gpus.empty() ? cuda.status
                                          : "no GPU " + std::to_string(cuda_index) + " (" +

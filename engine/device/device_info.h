@@ -123,7 +123,8 @@ std::string nvml_driver_release();
 // for CUDA devices cuda_runtime, cudnn, cublas, cupti, driver (the NVML
 // release, else the CUDA version the driver supports), driver_cuda, and when
 // GPU N exists device_uuid, compute_capability, sm_count, memory_bytes,
-// clock_mhz, memory_clock_mhz (else cuda_status says why not). For "cpu",
+// clock_mhz, memory_clock_mhz, memory_bus_width (else cuda_status says why
+// not). For "cpu",
 // device_name is the CPU model. Throws std::invalid_argument for another
 // device string.
 Environment collect_environment(const std::string& device);

@@ -5,12 +5,14 @@
 
 
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/device/device_info.h"
+#include "engine/device/gpu_peaks.h"
 #include "xrun_version.h"
 
 namespace xrun {
@@ -53,6 +55,46 @@ std::string cuda_unusable_reason(const CudaInfo& cuda) {
          cuda.cuda_architectures + ")";
 }
 
+// The card's peak per precision it trains in, and its memory bandwidth
+// (engine/device/gpu_peaks.h): {"fp32": {"flops", "source", "estimated"},
+// ..., "bandwidth": {"bytes_per_s", "source"}}; 0 where not known.
+nlohmann::json peaks_json(const GpuInfo& g) {
+  nlohmann::json j = nlohmann::json::object();
+  const GpuSpec spec = gpu_spec(g);
+  GpuPeak last;
+  for (const Precision p : {Precision::fp32, Precision::tf32, Precision::fp16, Precision::bf16}) {
+    last = gpu_peak(spec, p);
+    j[to_string(p)] = {{"flops", last.flops}, {"source", last.flops_source},
+                       {"estimated", last.estimated}};
+  }
+  j["bandwidth"] = {{"bytes_per_s", last.bytes_per_s}, {"source", last.bandwidth_source}};
+  return j;
+}
+
+// "fp32 82.6, tf32 82.6, bf16 165.2 TFLOP/s dense (...); 1008 GB/s".
+std::string peaks_text(const GpuInfo& g) {
+  const GpuSpec spec = gpu_spec(g);
+  std::ostringstream o;
+  std::string source;
+  bool any = false;
+  for (const Precision p : {Precision::fp32, Precision::tf32, Precision::fp16, Precision::bf16}) {
+    const GpuPeak peak = gpu_peak(spec, p);
+    if (!(peak.flops > 0)) continue;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", peak.flops / 1e12);
+    o << (any ? ", " : "") << to_string(p) << " " << buf;
+    any = true;
+    if (source.empty())
+      source = peak.estimated ? "estimated from SM count and clock"
+                              : "published, " + std::string(find_published_gpu_peak(g.name)->product);
+  }
+  if (any) o << " TFLOP/s dense (" << source << ")";
+  else o << "- (" << gpu_peak(spec, Precision::fp32).flops_source << ")";
+  const GpuPeak bw = gpu_peak(spec, Precision::fp32);
+  if (bw.bytes_per_s > 0) o << "; memory " << static_cast<long long>(bw.bytes_per_s / 1e9 + 0.5) << " GB/s";
+  return o.str();
+}
+
 nlohmann::json to_json(const CudaInfo& cuda, const CpuInfo& cpu) {
   using nlohmann::json;
   json gpus = json::array();
@@ -71,7 +113,8 @@ nlohmann::json to_json(const CudaInfo& cuda, const CpuInfo& cpu) {
                     {"memory_bus_width", g.memory_bus_width},
                     {"precisions", g.train_precisions()},
                     {"fp16_tensor_cores", g.fp16_tensor_cores},
-                    {"kernels_supported", g.kernels_supported}});
+                    {"kernels_supported", g.kernels_supported},
+                    {"peaks", peaks_json(g)}});
   }
   auto lib = [](int compiled, int loaded, const std::string& compiled_s, const std::string& loaded_s,
                 const std::string& file) {
@@ -165,6 +208,7 @@ void print_text(std::ostream& out, const CudaInfo& cuda, const CpuInfo& cpu,
         << g.clock_mhz << " MHz\n";
     out << "  Memory:             " << gib(g.memory_bytes) << ", " << g.memory_bus_width << "-bit, "
         << g.memory_clock_mhz << " MHz\n";
+    out << "  Peaks:              " << peaks_text(g) << "\n";
     out << "  Trains in:          " << join(g.train_precisions(), ", ");
     if (g.fp16 && !g.fp16_tensor_cores) out << " (fp16 without tensor cores)";
     out << "\n";

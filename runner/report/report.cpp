@@ -65,6 +65,8 @@ std::string run_row(const ReportRun& r) {
          cell(i.batch_size > 0 ? std::to_string(i.batch_size) : "-", "num") + cell(i.precision) +
          "<td><span class=\"status " + escape(i.status) + "\">" + escape(i.status) +
          "</span></td>" + number_cell(i.throughput, short_number(i.throughput)) +
+         number_cell(i.achieved_flops, short_number(i.achieved_flops / 1e12)) +
+         number_cell(i.fraction_of_peak, short_number(100.0 * i.fraction_of_peak)) +
          number_cell(i.step_ms_median, short_number(i.step_ms_median)) + cell(spread, "num") +
          number_cell(i.test_accuracy, short_number(100.0 * i.test_accuracy)) +
          cell(started(i.started_at)) + "</tr>";
@@ -83,6 +85,8 @@ std::string runs(const ReportData& data) {
                                   {"precision", false},
                                   {"status", false},
                                   {"img/s", true},
+                                  {"TFLOP/s", true},
+                                  {"% of peak", true},
                                   {"median ms", true},
                                   {"p10–p90 ms", true},
                                   {"test acc %", true},

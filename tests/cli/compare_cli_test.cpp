@@ -239,3 +239,44 @@ TEST_CASE("xrun compare: two runs of 1M steps each: the exact ratio inside a nar
   CHECK(cell.at("ratio_hi").get<double>() >= ratio);
   CHECK(cell.at("ratio_hi").get<double>() - cell.at("ratio_lo").get<double>() < 0.01);
 }
+
+TEST_CASE("xrun compare --by device: the cards' FLOP/s, % of their peaks, and the sentence",
+          "[cli][compare][peak]") {
+  CliFixture f;
+  const double flops_per_step = compare_test::kImages * 24.55e9;
+  const auto t3090 = step_times(140, 0.05, 30), t4090 = step_times(100, 0.05, 30, 1);
+  {
+    xrun::store::Store store(f.db());
+    auto ampere = labelled("lab"), ada = labelled("lab");
+    ampere.environment.fields["device_name"] = "RTX 3090";
+    ada.environment.fields["device_name"] = "RTX 4090 D";
+    add_run(store, ampere, t3090, xrun::store::RunStatus::complete, 1 << 30, flops_per_step, 71e12);
+    add_run(store, ada, t4090, xrun::store::RunStatus::complete, 1 << 30, flops_per_step,
+            147.1e12);
+  }
+  const auto r = xrun_test::run_command(shell_quote(xrun_test::xrun_binary()) + " compare --db " +
+                                        shell_quote(f.db()) + " --by device");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto pct = [&](const std::vector<double>& ms, double peak) {
+    const double achieved = flops_per_step / compare_test::kImages * expected_throughput(ms);
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * achieved / peak);
+    return std::string(buf);
+  };
+  char ratio[16];
+  std::snprintf(ratio, sizeof ratio, "%.2fx",
+                expected_throughput(t4090) / expected_throughput(t3090));
+  CHECK_THAT(r.output, Contains("achieved") && Contains("of peak") && Contains("TFLOP/s"));
+  CHECK_THAT(r.output, Contains(std::string("RTX 4090 D: ") + ratio + " the throughput of RTX 3090"));
+  CHECK_THAT(r.output, Contains("(faster); " + pct(t4090, 147.1e12) + " of its peak against " +
+                                pct(t3090, 71e12)));
+  const auto j = nlohmann::json::parse(
+      xrun_test::run_command(shell_quote(xrun_test::xrun_binary()) + " compare --format json --db " +
+                             shell_quote(f.db()) + " --by device")
+          .output);
+  const auto& cells = j.at("groups")[0].at("cells");
+  CHECK(cells[0].at("peak_flops").get<double>() == 71e12);
+  CHECK(cells[1].at("fraction_of_peak").get<double>() ==
+        Approx(flops_per_step / compare_test::kImages * expected_throughput(t4090) / 147.1e12));
+}

@@ -148,6 +148,10 @@ std::vector<std::string> write_store(const std::string& path, const std::string&
       summary.step_ms_median = base;
       summary.peak_memory_bytes = 21474836480LL;
       summary.test_accuracy = std::nan("");
+      summary.measured_seconds = 5 * base / 1000.0;
+      summary.flops_per_step = 4.25e9;
+      summary.peak_flops = 2.5e12;
+      summary.peak_bytes_per_s = 2.75e10;
       store.finish_run(uuid, xrun::store::RunStatus::complete, summary);
     } else {
       store.finish_run(uuid, xrun::store::RunStatus::failed, {}, "out of memory, \"really\"");
@@ -161,8 +165,9 @@ std::vector<std::string> write_store(const std::string& path, const std::string&
 const std::vector<std::string> kRunColumns = {
     "id", "uuid", "experiment", "sweep_index", "status", "label", "device", "device_name",
     "batch_size", "precision", "cudnn_benchmark", "workers", "throughput", "step_ms_median",
-    "step_ms_p10", "step_ms_p90", "peak_memory_bytes", "test_accuracy", "started_at", "host",
-    "error", "finished_at"};
+    "step_ms_p10", "step_ms_p90", "peak_memory_bytes", "test_accuracy", "achieved_flops",
+    "fraction_of_peak", "started_at", "host", "error", "finished_at", "flops_per_step",
+    "peak_flops", "peak_bytes_per_s"};
 const std::vector<std::string> kLead = {"uuid", "label", "experiment", "device_name"};
 
 // The expected header of a runs export: the run columns, then every setting

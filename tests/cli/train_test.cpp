@@ -333,9 +333,22 @@ TEST_CASE("xrun doctor --peak: the CPU's peaks stored, and a run's % of peak fro
   CHECK_THAT(f.sql("SELECT peak_source FROM runs WHERE id = 1"),
              Contains("xrun doctor --peak") && Contains("fp32 matmul, 2 threads"));
   CHECK(f.sql("SELECT peak_flops IS NULL AND peak_source IS NULL FROM runs WHERE id = 2") == "1");
+  // The copy's bandwidth is the run's memory roof, from the same measurement.
+  CHECK(f.sql_double("SELECT peak_bytes_per_s FROM runs WHERE id = 1") ==
+        f.sql_double("SELECT copy_bytes_per_s FROM cpu_peaks"));
+  CHECK_THAT(f.sql("SELECT peak_bandwidth_source FROM runs WHERE id = 1"), Contains("256 MiB copy"));
+  CHECK(f.sql("SELECT peak_bytes_per_s IS NULL FROM runs WHERE id = 2") == "1");
+  // run_summary: achieved FLOP/s and its share of the peak, for SQL users.
+  const double achieved = f.sql_double(
+      "SELECT flops_per_step * measured_steps / measured_seconds FROM runs WHERE id = 1");
+  CHECK(f.sql_double("SELECT achieved_flops FROM run_summary WHERE id = 1") == Approx(achieved));
+  CHECK(f.sql_double("SELECT fraction_of_peak FROM run_summary WHERE id = 1") ==
+        Approx(achieved / stored_peak));
+  CHECK(f.sql("SELECT fraction_of_peak IS NULL FROM run_summary WHERE id = 2") == "1");
   auto with = f.xrun("show 1 --db " + shell_quote(f.db()));
   auto without = f.xrun("show 2 --db " + shell_quote(f.db()));
-  CHECK_THAT(with.output, Contains("of peak") && Contains("% of ") && Contains("FLOP/s (measured"));
+  CHECK_THAT(with.output, Contains("of peak") && Contains("% of ") && Contains("FLOP/s (measured") &&
+                              Contains("memory roof"));
   CHECK_THAT(without.output, Contains("no peak measured for this CPU"));
   const auto j = nlohmann::json::parse(f.xrun("show --json 1 --db " + shell_quote(f.db())).output);
   CHECK(j.at("peak_flops").get<double>() == Approx(stored_peak).epsilon(1e-12));

@@ -5,6 +5,7 @@
 #include "catch2_compat.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "compare_test_util.h"
@@ -285,6 +286,52 @@ TEST_CASE("by device compares the stored device names, not train.device", "[comp
   const Comparison by_string = compare_runs(db, by("train.device"));
   CHECK(by_string.groups.empty());
   CHECK(by_string.unmatched.size() == 2);
+}
+
+TEST_CASE("by device, each card's FLOP/s and its share of its own peak", "[compare][peak]") {
+  store_test::TempDir dir;
+  Store db(dir.file("r.db"));
+  NewRun ampere = labelled("lab");
+  ampere.environment.fields["device_name"] = "NVIDIA GeForce RTX 3090";
+  NewRun ada = labelled("lab");
+  ada.environment.fields["device_name"] = "NVIDIA GeForce RTX 4090 D";
+  const double flops_per_step = kImages * 24.55e9;  // ResNet50 at 224x224, AdamW
+  const auto t3090 = step_times(140, 0.05, 30);
+  const auto t4090 = step_times(100, 0.05, 30, 1);
+  const auto t4090_again = step_times(104, 0.05, 30, 2);
+  add_run(db, ampere, t3090, RunStatus::complete, 1 << 30, flops_per_step, 71e12);
+  add_run(db, ada, t4090, RunStatus::complete, 1 << 30, flops_per_step, 147.1e12);
+  add_run(db, ada, t4090_again, RunStatus::complete, 1 << 30, flops_per_step, 147.1e12);
+
+  const Comparison c = compare_runs(db, by("device"));
+  REQUIRE(c.groups.size() == 1);
+  const CompareCell& a = cell(c, 0, "NVIDIA GeForce RTX 3090");
+  const CompareCell& d = cell(c, 0, "NVIDIA GeForce RTX 4090 D");
+  const double flops_3090 = flops_per_step / kImages * expected_throughput(t3090);
+  // The repeats pool: FLOP/s at the pooled throughput.
+  const double flops_4090 =
+      flops_per_step / kImages * expected_throughput(concat(t4090, t4090_again));
+  CHECK(a.achieved_flops == Approx(flops_3090).epsilon(1e-9));
+  CHECK(d.achieved_flops == Approx(flops_4090).epsilon(1e-9));
+  CHECK(a.peak_flops == 71e12);
+  CHECK(a.fraction_of_peak == Approx(flops_3090 / 71e12).epsilon(1e-9));
+  CHECK(d.fraction_of_peak == Approx(flops_4090 / 147.1e12).epsilon(1e-9));
+
+  // Runs stored without FLOPs or peak: NaN, not 0.
+  NewRun old = labelled("lab", 256);
+  old.environment.fields["device_name"] = "NVIDIA GeForce RTX 3090";
+  NewRun old_ada = labelled("lab", 256);
+  old_ada.environment.fields["device_name"] = "NVIDIA GeForce RTX 4090 D";
+  add_run(db, old, t3090);
+  add_run(db, old_ada, t4090, RunStatus::complete, 1 << 30, flops_per_step, 0);
+  const Comparison both = compare_runs(db, by("device"));
+  REQUIRE(both.groups.size() == 2);
+  for (const auto& g : both.groups) {
+    if (g.settings.at("train.batch_size") != "256") continue;
+    CHECK(std::isnan(g.cells.at(0).achieved_flops));
+    CHECK(std::isfinite(g.cells.at(1).achieved_flops));
+    CHECK(std::isnan(g.cells.at(1).fraction_of_peak));
+  }
 }
 
 // A CPU run on AVX2 kernels (ONEDNN_MAX_CPU_ISA=AVX2) and one on AMX kernels of

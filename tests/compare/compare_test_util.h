@@ -35,11 +35,14 @@ inline xrun::store::NewRun labelled(const std::string& label, int batch = 512,
 }
 
 // Stores a run: two slow warmup steps, the measured steps `ms`, one slow
-// unmeasured step, then finishes it with `status`. Returns its UUID.
+// unmeasured step, then finishes it with `status`; with `flops_per_step`,
+// also its measured time, throughput, FLOP count and the device's peak
+// (`peak_flops`, 0: none known). Returns its UUID.
 inline std::string add_run(xrun::store::Store& db, const xrun::store::NewRun& run,
                            const std::vector<double>& ms,
                            xrun::store::RunStatus status = xrun::store::RunStatus::complete,
-                           int64_t peak_memory = 1 << 30) {
+                           int64_t peak_memory = 1 << 30, double flops_per_step = 0,
+                           double peak_flops = 0) {
   const std::string uuid = db.begin_run(run);
   std::vector<xrun::StepRecord> steps;
   auto add = [&](xrun::StepKind kind, double step_ms) {
@@ -58,6 +61,15 @@ inline std::string add_run(xrun::store::Store& db, const xrun::store::NewRun& ru
   xrun::RunSummary summary;
   summary.measured_steps = static_cast<int64_t>(ms.size());
   summary.peak_memory_bytes = peak_memory;
+  if (flops_per_step > 0) {  // the efficiency figures, as a run stores them
+    double seconds = 0;
+    for (double t : ms) seconds += t / 1000.0;
+    summary.measured_seconds = seconds;
+    summary.measured_images = kImages * static_cast<int64_t>(ms.size());
+    summary.throughput = static_cast<double>(summary.measured_images) / seconds;
+    summary.flops_per_step = flops_per_step;
+    if (peak_flops > 0) summary.peak_flops = peak_flops;
+  }
   db.finish_run(uuid, status, summary);
   return uuid;
 }

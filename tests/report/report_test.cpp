@@ -4,6 +4,7 @@
 // charts with nothing to show saying so.
 #include "runner/atomic_file.h"
 #include "runner/report/report.h"
+#include "runner/report/svg_chart.h"
 
 #include "catch2_compat.h"
 #include <cmath>
@@ -79,6 +80,34 @@ TEST_CASE("report of a sweep on two cards: balanced, self-contained, escaped", "
   // The label with markup characters comes through escaped, never raw.
   CHECK(count(html, "3090 &lt;lab&amp;co&gt;") >= 12);
   CHECK(count(html, "<lab&co>") == 0);
+}
+
+TEST_CASE("the runs table shows each run's TFLOP/s and % of peak, '-' where unknown",
+          "[report][peak]") {
+  store_test::TempDir dir;
+  const std::string path = dir.file("sweep.db");
+  report_test::build_store(path);
+  store::Store db(path);
+  const std::string runs = section(render(db), "runs");
+  CHECK(count(runs, ">TFLOP/s<") == 1);
+  CHECK(count(runs, ">% of peak<") == 1);
+  size_t with_peak = 0;
+  for (const store::RunInfo& r : db.list_runs()) {
+    // The row of run #id: from its tag to the end of the row.
+    const std::string tag = ">" + run_tag(r.id) + "<";
+    const size_t at = runs.find(tag);
+    REQUIRE(at != std::string::npos);
+    const std::string row = runs.substr(at, runs.find("</tr>", at) - at);
+    INFO(row);
+    REQUIRE(std::isfinite(r.achieved_flops));
+    CHECK(count(row, ">" + short_number(r.achieved_flops / 1e12) + "<") >= 1);
+    if (std::isfinite(r.fraction_of_peak)) {
+      ++with_peak;
+      CHECK(r.fraction_of_peak == Approx(r.achieved_flops / r.peak_flops));
+      CHECK(count(row, ">" + short_number(100.0 * r.fraction_of_peak) + "<") >= 1);
+    }
+  }
+  CHECK(with_peak == 6);  // the 4090 D's six runs
 }
 
 TEST_CASE("every chart's data marks match what the store holds", "[report]") {
