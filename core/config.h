@@ -122,6 +122,11 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double momentum = 0.0;
   bool nesterov = false;
+  // lr is the learning rate at reference_batch images per step; the run's
+  // is scaled to its own batch x accumulate: none | linear (Goyal et al.
+  // 2017) | sqrt (engine/schedule.h: scaled_lr).
+  std::string lr_scaling = "none";
+  int64_t reference_batch = 256;
 };
 
 struct ScheduleConfig {
@@ -148,6 +153,7 @@ struct TrainConfig {
   bool eval = true;            // evaluate on the test split after each epoch
   std::string checkpoint;      // safetensors path written at the end ("" = none)
   bool resume = false;         // continue from `checkpoint` if it exists
+  int64_t eval_every = 0;      // also evaluate every this many steps; 0 = epoch ends only
   int log_every = 10;          // steps between loss read-backs / progress lines
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
@@ -156,6 +162,7 @@ struct TrainConfig {
 struct MeasureConfig {
   int64_t warmup_steps = 5;   // first steps of the run, never in a figure
   int64_t measure_steps = 0;  // steps after warmup that count, 0 = all
+  double target_accuracy = 0; // time to this test accuracy is stored; 0 = none
 };
 
 struct ProfileConfig {

@@ -37,6 +37,18 @@ struct EpochRecord {
   int64_t images = 0;
 };
 
+// One evaluation on the test split: at each epoch's end and every
+// train.eval_every steps. Times run from the start of the run's first step
+// (this process's: a resumed run starts its clock again).
+struct EvalRecord {
+  int64_t step = 0;          // optimizer steps done when it ran
+  int epoch = 0;             // 0-based epoch it ran in
+  int64_t images = 0;        // training images seen by then
+  double wall_seconds = 0;   // to this evaluation's end, evaluations included
+  double eval_seconds = 0;   // of which in evaluations, this one included
+  double test_loss = 0, test_accuracy = 0;
+};
+
 // Time spent in one phase (data_wait, h2d, forward, backward, optimizer, eval,
 // ...) over the measured steps.
 struct PhaseRecord {
@@ -133,6 +145,9 @@ struct RunSummary {
   double test_accuracy = 0;     // last evaluation, NaN when none
   double test_loss = 0;
   int batch_size = 0;           // as run (resolves "auto")
+  // The peak learning rate the run trained with: train.optimizer.lr scaled
+  // to batch x accumulate by train.optimizer.lr_scaling (NaN: not stored).
+  double lr = std::numeric_limits<double>::quiet_NaN();
   double algo_search_ms = 0;    // CUDA: time spent choosing convolution algorithms
   // CUPTI (profile.cupti summary/trace): median step time of traced steps over
   // that of untraced ones, minus 1 (NaN when not measured), and how many
@@ -153,6 +168,17 @@ struct RunSummary {
   // NaN and "" where none is known.
   double peak_bytes_per_s = std::numeric_limits<double>::quiet_NaN();
   std::string peak_bandwidth_source;
+  // measure.target_accuracy (NaN: none) and the first evaluation at or above
+  // it (engine/step_stats.h): wall time from the first step with the
+  // evaluation time in it, steps, epochs (steps / steps per epoch) and
+  // training images; NaN and 0 when the run ended below it.
+  double target_accuracy = std::numeric_limits<double>::quiet_NaN();
+  double time_to_target_s = std::numeric_limits<double>::quiet_NaN();
+  double time_to_target_eval_s = std::numeric_limits<double>::quiet_NaN();
+  double epochs_to_target = std::numeric_limits<double>::quiet_NaN();
+  int64_t steps_to_target = 0;
+  int64_t images_to_target = 0;
+  double best_accuracy = std::numeric_limits<double>::quiet_NaN();  // of every evaluation
 };
 
 // A CPU's measured peaks (`xrun doctor --peak`, engine/cpu/peak_probe.h),

@@ -6,7 +6,9 @@
 //     on_layer_begin/on_layer_end inside forward and backward where
 //     profile.layers asks), on_step_end (after the step's device
 //     synchronisation and loss read-back);
-//     at the epoch's end: the eval phase, on_epoch_end, the checkpoint phase
+//     every train.eval_every steps: the eval phase, on_eval;
+//     at the epoch's end: the eval phase, on_eval, on_epoch_end, the
+//     checkpoint phase
 //   on_run_end(result), only when the run finished; an interrupted or failed
 //   run ends with the observers' destruction (which closes what they opened).
 // RunObservers passes begin events first to last and end events last to
@@ -45,6 +47,9 @@ class RunObserver {
   virtual void on_layer_end() {}
   virtual void on_step_end(const StepRecord&) {}
   virtual void on_epoch_end(const EpochRecord&) {}
+  // After each evaluation (epoch end or train.eval_every), before that
+  // epoch's on_epoch_end.
+  virtual void on_eval(const EvalRecord&) {}
   // Each observer adds its figures to the result (phases merge by name).
   virtual void on_run_end(TrainResult&) {}
   virtual void on_message(const std::string&) {}  // one-line notices
@@ -95,6 +100,9 @@ class RunObservers final : public RunObserver {
   }
   void on_epoch_end(const EpochRecord& e) override {
     for (auto it = list_.rbegin(); it != list_.rend(); ++it) (*it)->on_epoch_end(e);
+  }
+  void on_eval(const EvalRecord& e) override {
+    for (RunObserver* o : list_) o->on_eval(e);
   }
   void on_run_end(TrainResult& r) override {
     for (auto it = list_.rbegin(); it != list_.rend(); ++it) (*it)->on_run_end(r);

@@ -24,4 +24,13 @@ double learning_rate(const ScheduleConfig& s, double base_lr, int64_t step, int6
   throw std::invalid_argument("unknown schedule '" + s.name + "'");
 }
 
+double scaled_lr(const OptimizerConfig& o, int64_t images_per_step) {
+  const double ratio = static_cast<double>(images_per_step) /
+                       static_cast<double>(std::max<int64_t>(1, o.reference_batch));
+  if (o.lr_scaling == "none") return o.lr;
+  if (o.lr_scaling == "linear") return o.lr * ratio;
+  if (o.lr_scaling == "sqrt") return o.lr * std::sqrt(ratio);
+  throw std::invalid_argument("unknown train.optimizer.lr_scaling '" + o.lr_scaling + "'");
+}
+
 }  // namespace xrun

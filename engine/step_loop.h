@@ -1,7 +1,9 @@
 // engine/step_loop.h: the training loop, over any StepSource: which steps
 // are warmup and which are measured, epochs, the loss read back at logging
 // intervals and epoch ends (a NaN or infinite loss stops the run), the
-// evaluation and checkpoint at each epoch's end, Ctrl-C between steps, and
+// evaluation and checkpoint at each epoch's end, evaluations every
+// train.eval_every steps (each timed from the first step, for the time to a
+// target accuracy), Ctrl-C between steps, and
 // every event to the run's observers (core/run_observer.h). The real source
 // is the trainer's (engine/trainer.cpp: backend, model, data); tests drive
 // the loop with a fake one and no backend.
@@ -65,7 +67,11 @@ struct LoopPlan {
   int log_every = 10;
   bool loss_every_step = false; // host-synchronous backends: reading the loss costs nothing
   MeasureConfig measure;
+  int64_t eval_every = 0;       // also evaluate every this many steps (0: epoch ends only)
   std::string context;          // for error messages: "precision fp16, lr ..." is added per step
+  // Seconds on a monotonic clock, for the evaluations' wall times; empty:
+  // std::chrono::steady_clock (tests pass a fake one).
+  std::function<double()> clock;
 };
 
 // Warmup, measured or after the measured ones.
@@ -73,6 +79,7 @@ StepKind step_kind(const MeasureConfig& measure, int64_t step);
 
 struct LoopResult {
   std::vector<StepRecord> steps;
+  std::vector<EvalRecord> evals;  // every evaluation, in order
   double last_loss = 0, test_loss = 0, test_accuracy = 0;  // NaN where none
 };
 

@@ -17,6 +17,7 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
       steps_per_epoch_(steps_per_epoch),
       total_steps_(total_steps),
       accumulate_(cfg.train.accumulate),
+      peak_lr_(scaled_lr(cfg.train.optimizer, int64_t{batch} * cfg.train.accumulate)),
       scaler_(cfg.train.precision == Precision::fp16),
       device_(parts.backend.device()),
       overlap_(device_ && cfg.data.pin_memory && cfg.train.accumulate == 1 &&
@@ -25,6 +26,13 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
                  cfg.train.accumulate == 1 && !scaler_.enabled() && !cfg.train.cuda_graphs) {
   if (cfg.train.cuda_graphs && !device_)
     throw TrainError("train.cuda_graphs: " + parts.backend.name() + " does not record CUDA graphs");
+  if (cfg.train.schedule.name == "cosine" && cfg.train.schedule.min_lr > peak_lr_)
+    throw TrainError("train.schedule.min_lr = " + std::to_string(cfg.train.schedule.min_lr) +
+                     " is above the learning rate " + std::to_string(peak_lr_) + " that " +
+                     cfg.train.optimizer.lr_scaling + " scaling gives batch " +
+                     std::to_string(batch) + " x accumulate " + std::to_string(accumulate_) +
+                     " (train.optimizer.lr at reference_batch " +
+                     std::to_string(cfg.train.optimizer.reference_batch) + ")");
 }
 
 void StepRunner::start_epoch(int epoch, int64_t step_in_epoch) {
@@ -90,7 +98,7 @@ void StepRunner::replay_graph(const OptimizerStep& os) {
 
 StepRecord StepRunner::step(const StepStart& at, RunObserver& obs) {
   StepRecord rec;
-  rec.lr = learning_rate(cfg_.train.schedule, cfg_.train.optimizer.lr, at.step, total_steps_);
+  rec.lr = learning_rate(cfg_.train.schedule, peak_lr_, at.step, total_steps_);
   rec.loss_scale = scaler_.scale();
   OptimizerStep os;
   os.lr = rec.lr;

@@ -38,6 +38,9 @@ class StepRunner {
 
   // State a checkpoint keeps.
   LossScaler& scaler() { return scaler_; }
+  // The peak learning rate: train.optimizer.lr scaled to batch x accumulate
+  // by train.optimizer.lr_scaling (what the schedule warms up to).
+  double peak_lr() const { return peak_lr_; }
   int64_t optimizer_steps = 0;  // applied (not skipped) steps: AdamW's step count
 
  private:
@@ -52,6 +55,7 @@ class StepRunner {
   int batch_;
   int64_t steps_per_epoch_, total_steps_;
   int accumulate_;
+  double peak_lr_;
   LossScaler scaler_;
   DeviceHooks* device_;  // null on the CPU: no staging, no graphs
   // Overlapped input (a backend that stages batches, pinned memory, one

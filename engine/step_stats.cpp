@@ -35,4 +35,23 @@ void summarize_steps(std::span<const StepRecord> steps, RunSummary& s) {
   s.data_wait_fraction = total_ms > 0 ? wait_ms / total_ms : 0;
 }
 
+void summarize_evals(std::span<const EvalRecord> evals, double target_accuracy,
+                     int64_t steps_per_epoch, RunSummary& s) {
+  for (const EvalRecord& e : evals)
+    if (std::isfinite(e.test_accuracy) && !(e.test_accuracy <= s.best_accuracy))
+      s.best_accuracy = e.test_accuracy;  // NaN best: the first finite one
+  if (!(target_accuracy > 0)) return;
+  s.target_accuracy = target_accuracy;
+  for (const EvalRecord& e : evals) {
+    if (!(e.test_accuracy >= target_accuracy)) continue;
+    s.time_to_target_s = e.wall_seconds;
+    s.time_to_target_eval_s = e.eval_seconds;
+    s.steps_to_target = e.step;
+    s.epochs_to_target =
+        static_cast<double>(e.step) / static_cast<double>(steps_per_epoch > 0 ? steps_per_epoch : 1);
+    s.images_to_target = e.images;
+    return;
+  }
+}
+
 }  // namespace xrun

@@ -15,4 +15,11 @@ namespace xrun {
 // measured ones count). Leaves memory, accuracy and batch fields alone.
 void summarize_steps(std::span<const StepRecord> steps, RunSummary& summary);
 
+// The time-to-target fields of a RunSummary: target_accuracy (a fraction;
+// 0 or less: none, the fields stay NaN/0), the first evaluation at or above
+// it (its wall and evaluation seconds, steps, steps / steps_per_epoch as
+// epochs, images), and the best accuracy of all evaluations.
+void summarize_evals(std::span<const EvalRecord> evals, double target_accuracy,
+                     int64_t steps_per_epoch, RunSummary& summary);
+
 }  // namespace xrun

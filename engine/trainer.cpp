@@ -190,6 +190,7 @@ class Run final : public StepSource {
     p.log_every = cfg.train.log_every;
     p.loss_every_step = backend->host_synchronous();
     p.measure = cfg.measure;
+    p.eval_every = cfg.train.eval_every;
     p.context = std::string("precision ") + to_string(cfg.train.precision);
     return p;
   }
@@ -374,10 +375,12 @@ TrainResult train(const RunConfig& cfg, RunObserver& observers, const TrainConte
   const LoopResult loop = run_steps(run, run.loop_plan(start), obs, ctx.stop_requested);
 
   summarize_steps(loop.steps, result.summary);
+  summarize_evals(loop.evals, cfg.measure.target_accuracy, run.steps_per_epoch, result.summary);
   result.summary.final_loss = loop.last_loss;
   result.summary.test_loss = loop.test_loss;
   result.summary.test_accuracy = loop.test_accuracy;
   result.summary.batch_size = run.batch;
+  result.summary.lr = run.runner->peak_lr();
   result.summary.peak_memory_bytes = backend.peak_memory_bytes();
   result.summary.algo_search_ms = backend.conv_algorithm_search_ms();
   result.summary.flops_per_step = run.flops_per_step();

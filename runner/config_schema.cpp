@@ -125,6 +125,8 @@ std::vector<KeySpec> build_keys() {
   k.push_back(K("train.threads", T::integer, "CPU threads for compute; 0 = all cores.")
                   .def(0).at_least(0).at_most(1024));
   k.push_back(K("train.eval", T::boolean, "Evaluate on the test split after each epoch.").def(true));
+  k.push_back(K("train.eval_every", T::integer, "Also evaluate every this many steps (for the time to measure.target_accuracy); 0 = at epoch ends only.")
+                  .def(0).at_least(0).at_most(1e12));
   k.push_back(K("train.checkpoint", T::string, "Safetensors file written at the end; \"\" = none.").def(""));
   k.push_back(K("train.resume", T::boolean, "Continue from train.checkpoint if it exists.").def(false));
   k.push_back(K("train.log_every", T::integer, "Steps between loss read-backs and progress lines.")
@@ -140,6 +142,10 @@ std::vector<KeySpec> build_keys() {
   k.push_back(K("train.optimizer.momentum", T::number, "SGD momentum.").def(0.0).at_least(0).below(1));
   k.push_back(K("train.optimizer.nesterov", T::boolean, "SGD Nesterov momentum (needs momentum > 0).")
                   .def(false));
+  k.push_back(K("train.optimizer.lr_scaling", T::choice, "Scale lr (the rate at reference_batch) to the run's batch x accumulate: none, linear (Goyal et al. 2017, with schedule warmup) or sqrt. The scaled rate is the run's (runs.lr, steps.lr).")
+                  .one_of({"none", "linear", "sqrt"}).def("none"));
+  k.push_back(K("train.optimizer.reference_batch", T::integer, "lr_scaling: the images per step that lr is given for.")
+                  .def(256).at_least(1).at_most(1e9));
   // --- [train.schedule] ---
   k.push_back(K("train.schedule.name", T::choice, "Learning-rate schedule after warmup.")
                   .one_of({"constant", "cosine", "step"}).def("constant"));
@@ -154,6 +160,8 @@ std::vector<KeySpec> build_keys() {
                   .def(5).at_least(0).at_most(1e9));
   k.push_back(K("measure.measure_steps", T::integer, "Steps after warmup that count; 0 = all the rest.")
                   .def(0).at_least(0).at_most(1e9));
+  k.push_back(K("measure.target_accuracy", T::number, "Test accuracy (a fraction) whose first reaching is stored: wall time, steps, epochs, images; 0 = none.")
+                  .def(0.0).at_least(0).at_most(1));
   // --- [profile] ---
   k.push_back(K("profile.nvtx", T::boolean, "NVTX ranges (run, epoch, step, phases).").def(true));
   k.push_back(K("profile.cupti", T::choice, "CUPTI activity: none, per-kernel summary, or raw trace.")

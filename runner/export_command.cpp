@@ -4,7 +4,7 @@
 //            host, error, finished_at, one column per setting (run_params:
 //            train.batch_size, ...) and one per environment field (env.driver,
 //            ...); the union over the runs, empty where a run lacks one.
-//   steps, epochs, kernels
+//   steps, epochs, evals, kernels
 //            every row of that table for those runs, each led by its run's
 //            uuid, label, experiment and device_name.
 // NULL (NaN) is an empty CSV field and JSON null; numbers stay numbers.
@@ -36,19 +36,19 @@ using Row = std::vector<json>;
 using Cells = std::vector<store::Cell>;
 
 // The columns `xrun runs --format csv` prints, then host, error, finished_at,
-// flops_per_step, peak_flops, peak_bytes_per_s: all read from the run_summary
-// view.
+// flops_per_step, peak_flops, peak_bytes_per_s, target_accuracy,
+// time_to_target_s, best_accuracy: all read from the run_summary view.
 const std::vector<std::string> kRunColumns = {
     "id", "uuid", "experiment", "sweep_index", "status", "label", "device", "device_name",
     "batch_size", "precision", "cudnn_benchmark", "workers", "throughput", "step_ms_median",
     "step_ms_p10", "step_ms_p90", "peak_memory_bytes", "test_accuracy", "achieved_flops",
     "fraction_of_peak", "started_at", "host", "error", "finished_at", "flops_per_step",
-    "peak_flops", "peak_bytes_per_s"};
+    "peak_flops", "peak_bytes_per_s", "target_accuracy", "time_to_target_s", "best_accuracy"};
 
 // What leads each row of a per-run table: the run it belongs to.
 const std::vector<std::string> kRunKeyColumns = {"uuid", "label", "experiment", "device_name"};
 
-const std::set<std::string> kRunTables = {"steps", "epochs", "kernels"};
+const std::set<std::string> kRunTables = {"steps", "epochs", "evals", "kernels"};
 
 std::string json_text(const json& v) {
   return v.dump(-1, ' ', false, json::error_handler_t::replace);

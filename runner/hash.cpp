@@ -148,6 +148,10 @@ void flatten(const nlohmann::json& v, const std::string& prefix, std::map<std::s
 nlohmann::json without_later_defaults(nlohmann::json config) {
   static const std::vector<std::pair<std::string, nlohmann::json>> later = {
       {"train.per_layer_update", false},
+      {"train.eval_every", 0},
+      {"train.optimizer.lr_scaling", "none"},
+      {"train.optimizer.reference_batch", 256},
+      {"measure.target_accuracy", 0.0},
   };
   for (const auto& [key, old_behaviour] : later) {
     const auto p = pointer(key);

@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"csv", "json"}))
       ->capture_default_str();
   export_cmd->add_option("--table", exp.table, "What to export")
-      ->check(CLI::IsMember({"runs", "steps", "epochs", "kernels"}))
+      ->check(CLI::IsMember({"runs", "steps", "epochs", "evals", "kernels"}))
       ->capture_default_str();
   export_cmd->add_option("-o,--output", exp.output, "Output file (default: standard output)");
   export_cmd->callback([&] { code = export_command(exp); });

@@ -87,6 +87,36 @@ int runs_command(const RunsArgs& args) {
   }
 }
 
+// The "target" line of `xrun show`: when and where the run first reached
+// measure.target_accuracy, or the best it reached; "" without a target.
+// " (linear scaling of 0.001 at batch 256)", "" without scaling.
+static std::string lr_rule(const std::map<std::string, std::string>& params) {
+  const auto get = [&](const char* key) {
+    const auto it = params.find(key);  // JSON text: "\"linear\"", "256"
+    if (it == params.end()) return std::string();
+    const json v = json::parse(it->second, nullptr, false);
+    return v.is_string() ? v.get<std::string>() : it->second;
+  };
+  const std::string rule = get("train.optimizer.lr_scaling");
+  if (rule.empty() || rule == "none") return "";
+  return " (" + rule + " scaling of " + get("train.optimizer.lr") + " at batch " +
+         get("train.optimizer.reference_batch") + ")";
+}
+
+static std::string target_text(const RunSummary& s, size_t evaluations) {
+  if (!std::isfinite(s.target_accuracy)) return "";
+  const std::string target = fixed(100.0 * s.target_accuracy, 2) + "%";
+  if (!std::isfinite(s.time_to_target_s))
+    return "  target       " + target + " not reached: best " +
+           (std::isfinite(s.best_accuracy) ? fixed(100.0 * s.best_accuracy, 2) + "%"
+                                           : std::string("-")) +
+           " in " + std::to_string(evaluations) + " evaluation(s)\n";
+  return "  target       " + target + " reached after " + fixed(s.time_to_target_s, 1) +
+         " s (of which evaluation " + fixed(s.time_to_target_eval_s, 1) + " s), step " +
+         std::to_string(s.steps_to_target) + ", epoch " + fixed(s.epochs_to_target, 2) + ", " +
+         std::to_string(s.images_to_target) + " images\n";
+}
+
 int show_command(const ShowArgs& args) {
   try {
     std::unique_ptr<store::Store> db;
@@ -126,8 +156,25 @@ int show_command(const ShowArgs& args) {
       j["achieved_flops"] = number_or_null(achieved_flops(d.summary));
       j["peak_flops"] = number_or_null(d.summary.peak_flops);
       j["peak_source"] = d.summary.peak_source;
+      j["lr"] = number_or_null(d.summary.lr);
       j["peak_bytes_per_s"] = number_or_null(d.summary.peak_bytes_per_s);
       j["peak_bandwidth_source"] = d.summary.peak_bandwidth_source;
+      const RunSummary& s = d.summary;
+      j["target"] = {{"accuracy", number_or_null(s.target_accuracy)},
+                     {"reached", std::isfinite(s.time_to_target_s)},
+                     {"seconds", number_or_null(s.time_to_target_s)},
+                     {"eval_seconds", number_or_null(s.time_to_target_eval_s)},
+                     {"steps", s.steps_to_target},
+                     {"epochs", number_or_null(s.epochs_to_target)},
+                     {"images", s.images_to_target},
+                     {"best_accuracy", number_or_null(s.best_accuracy)}};
+      json evals = json::array();
+      for (const EvalRecord& e : d.evals)
+        evals.push_back({{"step", e.step}, {"epoch", e.epoch}, {"images", e.images},
+                         {"wall_seconds", e.wall_seconds}, {"eval_seconds", e.eval_seconds},
+                         {"test_loss", number_or_null(e.test_loss)},
+                         {"test_accuracy", number_or_null(e.test_accuracy)}});
+      j["evals"] = evals;
       json findings = json::array();
       for (const auto& f : d.findings)
         findings.push_back({{"check", f.check}, {"message", f.message}, {"value", f.value}});
@@ -184,6 +231,8 @@ int show_command(const ShowArgs& args) {
                 ? fixed(100.0 * d.summary.test_accuracy, 2) + "%"
                 : std::string("-"))
         << "   steps stored " << d.step_count << "\n";
+      if (std::isfinite(d.summary.lr)) o << "  peak lr      " << d.summary.lr << lr_rule(d.params) << "\n";
+      o << target_text(d.summary, d.evals.size());
     }
     if (!d.findings.empty()) {
       o << "\nfindings\n";

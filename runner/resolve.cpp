@@ -135,11 +135,20 @@ class Resolver {
   void check_rules() {
     if (get("train.resume") == true && get("train.checkpoint") == "")
       rule("train.resume", "needs train.checkpoint, the file to resume from");
+    if (get("train.eval") == false) {
+      if (get("measure.target_accuracy").get<double>() > 0)
+        rule("measure.target_accuracy", "needs train.eval = true: the time to a test accuracy is "
+                                        "taken from the evaluations");
+      if (get("train.eval_every").get<int64_t>() > 0)
+        rule("train.eval_every", "needs train.eval = true");
+    }
     if (get("train.optimizer.nesterov") == true &&
         (get("train.optimizer.name") != "sgd" || get("train.optimizer.momentum").get<double>() <= 0))
       rule("train.optimizer.nesterov", "needs train.optimizer.name = \"sgd\" and momentum > 0");
     const double lr = get("train.optimizer.lr"), min_lr = get("train.schedule.min_lr");
-    if (min_lr > lr)
+    // With lr_scaling the run's rate is known once its batch is (the engine
+    // checks min_lr against it then).
+    if (min_lr > lr && get("train.optimizer.lr_scaling") == "none")
       rule("train.schedule.min_lr", "expected at most train.optimizer.lr (" + schema::format_number(lr) +
                                         "), found " + schema::format_number(min_lr));
   }

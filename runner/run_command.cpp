@@ -222,6 +222,7 @@ class StoredRecords final : public RunObserver {
     db_.set_environment(uuid_, env);
   }
   void on_epoch_end(const EpochRecord& e) override { db_.write_epoch(uuid_, e); }
+  void on_eval(const EvalRecord& e) override { db_.write_eval(uuid_, e); }
 
  private:
   store::Store& db_;

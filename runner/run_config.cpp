@@ -54,6 +54,7 @@ RunConfig to_run_config(const nlohmann::json& c) {
   r.train.seed = t.at("seed").get<uint64_t>();
   r.train.threads = t.at("threads").get<int>();
   r.train.eval = t.at("eval").get<bool>();
+  r.train.eval_every = t.at("eval_every").get<int64_t>();
   r.train.checkpoint = t.at("checkpoint").get<std::string>();
   r.train.resume = t.at("resume").get<bool>();
   r.train.log_every = t.at("log_every").get<int>();
@@ -67,6 +68,8 @@ RunConfig to_run_config(const nlohmann::json& c) {
   r.train.optimizer.eps = o.at("eps").get<double>();
   r.train.optimizer.momentum = o.at("momentum").get<double>();
   r.train.optimizer.nesterov = o.at("nesterov").get<bool>();
+  r.train.optimizer.lr_scaling = o.at("lr_scaling").get<std::string>();
+  r.train.optimizer.reference_batch = o.at("reference_batch").get<int64_t>();
 
   const auto& s = t.at("schedule");
   r.train.schedule.name = s.at("name").get<std::string>();
@@ -78,6 +81,7 @@ RunConfig to_run_config(const nlohmann::json& c) {
   const auto& me = c.at("measure");
   r.measure.warmup_steps = me.at("warmup_steps").get<int64_t>();
   r.measure.measure_steps = me.at("measure_steps").get<int64_t>();
+  r.measure.target_accuracy = me.at("target_accuracy").get<double>();
 
   const auto& p = c.at("profile");
   r.profile.nvtx = p.at("nvtx").get<bool>();

@@ -53,7 +53,14 @@
 //   runs.peak_bytes_per_s, runs.peak_bandwidth_source: the device's memory
 //        bandwidth peak and where it came from; run_summary gains
 //        flops_per_step, achieved_flops, peak_flops, fraction_of_peak,
-//        peak_bytes_per_s  [version 9]
+//        peak_bytes_per_s, target_accuracy, time_to_target_s, best_accuracy
+//   evals(run, step, epoch, images, wall_seconds, eval_seconds, test_loss,
+//        test_accuracy)  every evaluation (epoch ends, train.eval_every),
+//        timed from the first step; runs.target_accuracy, time_to_target_s,
+//        time_to_target_eval_s, epochs_to_target, steps_to_target,
+//        images_to_target (the first evaluation at or above the target; NULL
+//        when never reached), best_accuracy; runs.lr: the peak learning
+//        rate after train.optimizer.lr_scaling  [version 9]
 //   view run_summary: one row per run: id, uuid, experiment (name),
 //        sweep_index, label, device, device_name, batch_size (summary, else
 //        run_params train.batch_size), precision, cudnn_benchmark, workers
@@ -62,8 +69,8 @@
 //        peak_memory_bytes, test_accuracy, final_loss, status, started_at,
 //        finished_at, config_hash, experiment_hash, host, error   [version 2],
 //        flops_per_step, achieved_flops (FLOP/s over the measured steps),
-//        peak_flops, fraction_of_peak (achieved / peak), peak_bytes_per_s
-//        [version 9]
+//        peak_flops, fraction_of_peak (achieved / peak), peak_bytes_per_s,
+//        target_accuracy, time_to_target_s, best_accuracy  [version 9]
 //
 // Real numbers that are NaN are stored as NULL. Child rows reference
 // runs(id) with ON DELETE CASCADE.
@@ -342,10 +349,31 @@ CREATE TABLE cpu_peaks (
 )sql";
 
 // Version 9: the device's memory bandwidth peak (the roofline's second roof)
-// beside its FLOP/s peak, and the efficiency figures in run_summary.
+// beside its FLOP/s peak; every evaluation with its wall time and the time to
+// a target accuracy (measure.target_accuracy); the efficiency figures in
+// run_summary.
 constexpr const char* kVersion9 = R"sql(
 ALTER TABLE runs ADD COLUMN peak_bytes_per_s REAL;
 ALTER TABLE runs ADD COLUMN peak_bandwidth_source TEXT;
+CREATE TABLE evals (
+  run           INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step          INTEGER NOT NULL,
+  epoch         INTEGER NOT NULL,
+  images        INTEGER NOT NULL,
+  wall_seconds  REAL,
+  eval_seconds  REAL,
+  test_loss     REAL,
+  test_accuracy REAL,
+  UNIQUE (run, step)
+);
+ALTER TABLE runs ADD COLUMN target_accuracy REAL;
+ALTER TABLE runs ADD COLUMN time_to_target_s REAL;
+ALTER TABLE runs ADD COLUMN time_to_target_eval_s REAL;
+ALTER TABLE runs ADD COLUMN epochs_to_target REAL;
+ALTER TABLE runs ADD COLUMN steps_to_target INTEGER;
+ALTER TABLE runs ADD COLUMN images_to_target INTEGER;
+ALTER TABLE runs ADD COLUMN best_accuracy REAL;
+ALTER TABLE runs ADD COLUMN lr REAL;
 DROP VIEW run_summary;
 CREATE VIEW run_summary AS
 SELECT
@@ -371,9 +399,10 @@ SELECT
   CASE WHEN r.measured_seconds > 0 AND r.measured_steps > 0 AND r.peak_flops > 0
        THEN r.flops_per_step * r.measured_steps / r.measured_seconds / r.peak_flops END
     AS fraction_of_peak,
-  r.peak_bytes_per_s
+  r.peak_bytes_per_s, r.target_accuracy, r.time_to_target_s, r.best_accuracy
 FROM runs r JOIN experiments e ON e.id = r.experiment;
 )sql";
+
 
 // kMigrations[i] takes a file from version i to version i + 1.
 const std::vector<const char*> kMigrations = {kVersion1, kVersion2, kVersion3,

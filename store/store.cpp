@@ -336,6 +336,18 @@ void Store::write_epoch(const std::string& uuid, const EpochRecord& e) {
   tx.commit();
 }
 
+void Store::write_eval(const std::string& uuid, const EvalRecord& e) {
+  Transaction tx(db_, path_);
+  Statement st(db_, path_,
+               "INSERT OR REPLACE INTO evals (run, step, epoch, images, wall_seconds, eval_seconds,"
+               " test_loss, test_accuracy) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)");
+  st.bind(1, detail::run_id(db_, path_, uuid)).bind(2, e.step).bind(3, e.epoch).bind(4, e.images);
+  st.bind(5, e.wall_seconds).bind(6, e.eval_seconds).bind(7, e.test_loss);
+  st.bind(8, e.test_accuracy);
+  st.run();
+  tx.commit();
+}
+
 void Store::write_phases(const std::string& uuid, std::span<const PhaseRecord> phases) {
   Transaction tx(db_, path_);
   const int64_t run = detail::run_id(db_, path_, uuid);
@@ -514,7 +526,10 @@ void Store::finish_run(const std::string& uuid, RunStatus status, const RunSumma
                   " test_accuracy = ?16, test_loss = ?17, algo_search_ms = ?19,"
                   " cupti_overhead = ?20, cupti_steps = NULLIF(?21, 0), flops_per_step = ?22,"
                   " peak_flops = ?23, peak_source = NULLIF(?24, ''), peak_bytes_per_s = ?25,"
-                  " peak_bandwidth_source = NULLIF(?26, '') WHERE id = ?18");
+                  " peak_bandwidth_source = NULLIF(?26, ''), target_accuracy = ?27,"
+                  " time_to_target_s = ?28, time_to_target_eval_s = ?29, epochs_to_target = ?30,"
+                  " steps_to_target = NULLIF(?31, 0), images_to_target = NULLIF(?32, 0),"
+                  " best_accuracy = ?33, lr = ?34 WHERE id = ?18");
     sum.bind(1, s.batch_size).bind(2, s.measured_steps).bind(3, s.measured_images);
     sum.bind(4, s.measured_seconds).bind(5, s.throughput).bind(6, s.step_ms_median);
     sum.bind(7, s.step_ms_p10).bind(8, s.step_ms_p90).bind(9, s.step_ms_mean);
@@ -523,7 +538,10 @@ void Store::finish_run(const std::string& uuid, RunStatus status, const RunSumma
     sum.bind(16, s.test_accuracy).bind(17, s.test_loss).bind(18, run).bind(19, s.algo_search_ms);
     sum.bind(20, s.cupti_overhead).bind(21, s.cupti_steps).bind(22, s.flops_per_step);
     sum.bind(23, s.peak_flops).bind(24, s.peak_source).bind(25, s.peak_bytes_per_s);
-    sum.bind(26, s.peak_bandwidth_source);
+    sum.bind(26, s.peak_bandwidth_source).bind(27, s.target_accuracy);
+    sum.bind(28, s.time_to_target_s).bind(29, s.time_to_target_eval_s);
+    sum.bind(30, s.epochs_to_target).bind(31, s.steps_to_target).bind(32, s.images_to_target);
+    sum.bind(33, s.best_accuracy).bind(34, s.lr);
     sum.run();
   }
   tx.commit();
@@ -685,7 +703,9 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
                  " (SELECT count(*) FROM steps WHERE run = r.id), r.algo_search_ms,"
                  " r.cupti_overhead, coalesce(r.cupti_steps, 0), r.flops_per_step,"
                  " r.peak_flops, coalesce(r.peak_source, ''), r.peak_bytes_per_s,"
-                 " coalesce(r.peak_bandwidth_source, '')"
+                 " coalesce(r.peak_bandwidth_source, ''), r.target_accuracy, r.time_to_target_s,"
+                 " r.time_to_target_eval_s, r.epochs_to_target, coalesce(r.steps_to_target, 0),"
+                 " coalesce(r.images_to_target, 0), r.best_accuracy, r.lr"
                  " FROM runs r JOIN experiments e ON e.id = r.experiment WHERE r.id = ?1");
     st.bind(1, *id);
     st.step();
@@ -723,6 +743,14 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
       s.peak_source = st.text(29);
       s.peak_bytes_per_s = st.real(30);
       s.peak_bandwidth_source = st.text(31);
+      s.target_accuracy = st.real(32);
+      s.time_to_target_s = st.real(33);
+      s.time_to_target_eval_s = st.real(34);
+      s.epochs_to_target = st.real(35);
+      s.steps_to_target = st.int64(36);
+      s.images_to_target = st.int64(37);
+      s.best_accuracy = st.real(38);
+      s.lr = st.real(39);
     }
     d.step_count = st.int64(23);
   }
@@ -751,6 +779,23 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
       e.eval_seconds = st.real(5);
       e.images = st.int64(6);
       d.epochs.push_back(e);
+    }
+  }
+  {
+    Statement st(db_, path_,
+                 "SELECT step, epoch, images, wall_seconds, eval_seconds, test_loss, test_accuracy"
+                 " FROM evals WHERE run = ?1 ORDER BY step");
+    st.bind(1, *id);
+    while (st.step()) {
+      EvalRecord e;
+      e.step = st.int64(0);
+      e.epoch = static_cast<int>(st.int64(1));
+      e.images = st.int64(2);
+      e.wall_seconds = st.real(3);
+      e.eval_seconds = st.real(4);
+      e.test_loss = st.real(5);
+      e.test_accuracy = st.real(6);
+      d.evals.push_back(e);
     }
   }
   {

@@ -114,6 +114,7 @@ struct RunDetail {
   RunSummary summary;
   bool has_summary = false;  // false: the run ended before storing figures
   std::vector<EpochRecord> epochs;
+  std::vector<EvalRecord> evals;  // every evaluation, in order (schema 9)
   std::vector<PhaseRecord> phases;
   std::vector<KernelRecord> kernels;
   std::vector<MemcpyRecord> memcpy;
@@ -157,6 +158,7 @@ class Store {
   void set_environment(const std::string& uuid, const Environment& env);
   void write_steps(const std::string& uuid, std::span<const StepRecord> steps);
   void write_epoch(const std::string& uuid, const EpochRecord& epoch);
+  void write_eval(const std::string& uuid, const EvalRecord& eval);
   void write_phases(const std::string& uuid, std::span<const PhaseRecord> phases);
   void write_kernels(const std::string& uuid, std::span<const KernelRecord> kernels);
   void write_memcpy(const std::string& uuid, std::span<const MemcpyRecord> copies);

@@ -6,6 +6,7 @@
 // event in order comes with it.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,10 @@ struct FakeSteps final : xrun::StepSource {
   std::vector<std::pair<int, int64_t>> epochs_started;  // (epoch, step in epoch)
   std::vector<int64_t> saves;                           // steps done at each save
   int evaluations = 0, loss_reads = 0;
+  // A fake clock (LoopPlan::clock reads it) that each step and evaluation
+  // moves on, and the accuracy of each evaluation in turn (0.75 past the end).
+  double now = 0, step_seconds = 0, eval_seconds = 0;
+  std::vector<double> accuracies;
 
   void start_epoch(int epoch, int64_t step_in_epoch) override {
     epochs_started.emplace_back(epoch, step_in_epoch);
@@ -42,6 +47,7 @@ struct FakeSteps final : xrun::StepSource {
     const double loss = static_cast<size_t>(at.step) < losses.size() ? losses[at.step] : 1.0;
     loss_sum_ += loss * batch;
     rows_ += batch;
+    now += step_seconds;
     xrun::StepRecord r;
     r.images = batch;
     r.step_ms = 1.0 + static_cast<double>(at.step);
@@ -58,9 +64,12 @@ struct FakeSteps final : xrun::StepSource {
   bool evaluate(xrun::RunObserver& obs, double& test_loss, double& test_accuracy) override {
     if (!evaluates) return false;
     xrun::PhaseScope p(obs, xrun::Phase::eval);
-    ++evaluations;
+    // A training loss left unread would be mixed into the evaluation's.
+    if (rows_ != 0) throw std::logic_error("evaluation with training losses unread");
     test_loss = 0.5;
-    test_accuracy = 0.75;
+    test_accuracy = static_cast<size_t>(evaluations) < accuracies.size() ? accuracies[evaluations] : 0.75;
+    ++evaluations;
+    now += eval_seconds;
     return true;
   }
   void save(int64_t step, xrun::RunObserver& obs) override {
@@ -96,6 +105,7 @@ struct EventLog final : xrun::RunObserver {
   void on_layer_end() override { put("/layer"); }
   void on_step_end(const xrun::StepRecord& r) override { put("step_end " + std::to_string(r.step)); }
   void on_epoch_end(const xrun::EpochRecord& e) override { put("epoch_end " + std::to_string(e.epoch)); }
+  void on_eval(const xrun::EvalRecord& e) override { put("eval " + std::to_string(e.step)); }
   void on_run_end(xrun::TrainResult&) override { put("run_end"); }
   void on_message(const std::string& m) override { put("message " + m); }
 };

@@ -1,6 +1,7 @@
 // runner/report/report_charts.cpp: the chart sections of the report:
 // throughput by batch size, speedup against a baseline, loss and accuracy
-// curves, step-time histograms, phase breakdown and top kernels. Each turns
+// curves, accuracy against wall time and images with the time to a target,
+// step-time histograms, phase breakdown and top kernels. Each turns
 // ReportData into the chart structs of svg_chart.h and wraps them in a card.
 #include <algorithm>
 #include <cmath>
@@ -245,6 +246,98 @@ std::string training(const ReportData& data) {
               "at each epoch's end.",
               "<div class=\"grid two\">" + render_line_chart(loss) + render_line_chart(accuracy) +
                   "</div>" + render_legend(legend));
+}
+
+// --- Convergence: accuracy against wall time and images, time to target ---------------------
+
+namespace {
+
+// Test accuracy at each evaluation, against its wall time or its images seen.
+Series eval_series(const ReportRun& r, bool by_images) {
+  Series s{r.name, r.style, {}};
+  for (const EvalRecord& e : r.detail.evals)
+    if (std::isfinite(e.test_accuracy))
+      s.points.push_back({by_images ? static_cast<double>(e.images) : e.wall_seconds,
+                          100.0 * e.test_accuracy,
+                          r.name + ", step " + std::to_string(e.step) + ": " +
+                              short_number(100.0 * e.test_accuracy) + "% after " +
+                              short_number(e.wall_seconds) + " s and " +
+                              std::to_string(e.images) + " images"});
+  return s;
+}
+
+// Runs with a target: those that reached it by time to it, then the others
+// by their best accuracy.
+std::vector<const ReportRun*> ranked_by_time_to_target(const ReportData& data) {
+  std::vector<const ReportRun*> out;
+  for (const ReportRun& r : data.runs)
+    if (std::isfinite(r.detail.summary.target_accuracy)) out.push_back(&r);
+  std::stable_sort(out.begin(), out.end(), [](const ReportRun* a, const ReportRun* b) {
+    const RunSummary &x = a->detail.summary, &y = b->detail.summary;
+    const bool rx = std::isfinite(x.time_to_target_s), ry = std::isfinite(y.time_to_target_s);
+    if (rx != ry) return rx;
+    if (rx) return x.time_to_target_s < y.time_to_target_s;
+    return x.best_accuracy > y.best_accuracy;
+  });
+  return out;
+}
+
+std::string td(const std::string& text, bool numeric = true) {
+  return std::string(numeric ? "<td class=\"num\">" : "<td>") + escape(text) + "</td>";
+}
+
+std::string target_table(const std::vector<const ReportRun*>& ranked) {
+  std::string out =
+      "<div class=\"scroll\"><table class=\"targets\"><thead><tr><th>run</th>"
+      "<th class=\"num\">target %</th><th class=\"num\">time to target (s)</th>"
+      "<th class=\"num\">of which eval (s)</th><th class=\"num\">steps</th>"
+      "<th class=\"num\">epochs</th><th class=\"num\">images</th>"
+      "<th class=\"num\">best %</th></tr></thead><tbody>";
+  for (const ReportRun* r : ranked) {
+    const RunSummary& s = r->detail.summary;
+    const bool reached = std::isfinite(s.time_to_target_s);
+    out += "<tr data-run=\"" + std::to_string(r->detail.info.id) + "\">" + td(r->name, false) +
+           td(short_number(100.0 * s.target_accuracy)) +
+           td(reached ? short_number(s.time_to_target_s) : "not reached") +
+           td(reached ? short_number(s.time_to_target_eval_s) : "-") +
+           td(reached ? std::to_string(s.steps_to_target) : "-") +
+           td(reached ? short_number(s.epochs_to_target) : "-") +
+           td(reached ? std::to_string(s.images_to_target) : "-") +
+           td(short_number(100.0 * s.best_accuracy)) + "</tr>";
+  }
+  return out + "</tbody></table></div>";
+}
+
+}  // namespace
+
+std::string convergence(const ReportData& data) {
+  LineChart by_time;
+  by_time.title = "Test accuracy by wall time";
+  by_time.x = {"wall time from the first step, evaluations included (s)", false, {}, true};
+  by_time.y = {"test accuracy (%)", false, {}};
+  by_time.empty_text = "No evaluations stored in these runs.";
+  LineChart by_images = by_time;
+  by_images.title = "Test accuracy by images seen";
+  by_images.x = {"training images seen", false, {}, true};
+  by_time.legend = by_images.legend = false;
+  std::vector<LegendEntry> legend;
+  for (const ReportRun& r : data.runs) {
+    by_time.series.push_back(eval_series(r, false));
+    by_images.series.push_back(eval_series(r, true));
+    if (!by_time.series.back().points.empty())
+      legend.push_back({r.name, r.style, LegendEntry::Kind::line});
+  }
+  const std::vector<const ReportRun*> ranked = ranked_by_time_to_target(data);
+  const std::string table =
+      ranked.empty() ? note("No run set measure.target_accuracy: set it to rank runs by the time "
+                            "to a test accuracy.")
+                     : target_table(ranked);
+  return card("convergence", "Convergence",
+              "Test accuracy at every evaluation (epoch ends and train.eval_every), against the "
+              "wall time from the first step and against the training images seen; the runs "
+              "with a target accuracy ranked by the time to reach it.",
+              "<div class=\"grid two\">" + render_line_chart(by_time) +
+                  render_line_chart(by_images) + "</div>" + render_legend(legend) + table);
 }
 
 // --- Step-time distribution -----------------------------------------------------------------

@@ -13,6 +13,7 @@ namespace xrun::report::sections {
 std::string throughput(const ReportData& data);  // id "throughput"
 std::string speedup(const ReportData& data);     // id "speedup"
 std::string training(const ReportData& data);    // id "training": loss and accuracy
+std::string convergence(const ReportData& data); // id "convergence": accuracy by time, images
 std::string step_times(const ReportData& data);  // id "step-times"
 std::string phases(const ReportData& data);      // id "phases"
 std::string kernels(const ReportData& data);     // id "kernels"

@@ -354,3 +354,77 @@ TEST_CASE("xrun doctor --peak: the CPU's peaks stored, and a run's % of peak fro
   CHECK(j.at("peak_flops").get<double>() == Approx(stored_peak).epsilon(1e-12));
   CHECK(j.at("achieved_flops").get<double>() < stored_peak);
 }
+
+TEST_CASE("time to a target accuracy: evaluations every eval_every steps, the first at the target stored",
+          "[cli][train][target]") {
+  CliFixture f;
+  // 640 samples / 16 = 40 steps per epoch, 2 epochs; evaluations after steps
+  // 15, 30, 40 (end), 45, 60, 75, 80 (end).
+  const std::string file = f.write_experiment("target.toml", small_experiment("target"));
+  const std::string run = run_args(f, file) +
+                          " --set train.epochs=2 --set train.eval_every=15 --set train.log_every=7";
+  auto r = f.xrun(run + " --set measure.target_accuracy=0.5");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(f.sql("SELECT group_concat(step) FROM (SELECT step FROM evals ORDER BY step)") ==
+        "15,30,40,45,60,75,80");
+  CHECK(f.sql("SELECT group_concat(images) FROM (SELECT images FROM evals ORDER BY step)") ==
+        "240,480,640,720,960,1200,1280");
+  // Wall and evaluation times grow with each evaluation.
+  CHECK(f.sql("SELECT count(*) FROM evals a JOIN evals b ON b.step > a.step"
+              " WHERE b.wall_seconds <= a.wall_seconds OR b.eval_seconds <= a.eval_seconds") == "0");
+  // The epoch-end evaluations are the epochs' test figures.
+  CHECK(f.sql("SELECT count(*) FROM epochs e JOIN evals v ON v.step = 40 * (e.epoch + 1)"
+              " WHERE v.test_accuracy = e.test_accuracy") == "2");
+  // The summary is the first evaluation at or above the target (synthetic
+  // data: above 0.7 from the first evaluation on, measured on this machine).
+  const std::string first = "(SELECT * FROM evals WHERE test_accuracy >= 0.5 ORDER BY step LIMIT 1)";
+  REQUIRE(f.sql("SELECT count(*) FROM evals WHERE test_accuracy >= 0.5") != "0");
+  CHECK(f.sql("SELECT target_accuracy FROM runs") == "0.5");
+  CHECK(f.sql("SELECT best_accuracy = (SELECT max(test_accuracy) FROM evals) FROM runs") == "1");
+  CHECK(f.sql("SELECT r.time_to_target_s = v.wall_seconds AND r.time_to_target_eval_s = v.eval_seconds"
+              " AND r.steps_to_target = v.step AND r.images_to_target = v.images"
+              " AND r.epochs_to_target = v.step / 40.0 FROM runs r, " + first + " v") == "1");
+  CHECK_THAT(f.xrun("show 1 --db " + shell_quote(f.db())).output,
+             Contains("target       50.00% reached after") && Contains("(of which evaluation"));
+  // A target above any accuracy this run reaches: stored as not reached.
+  r = f.xrun(run + " --set measure.target_accuracy=1 --set train.epochs=1");
+  REQUIRE(r.status == 0);
+  CHECK(f.sql("SELECT target_accuracy = 1 AND time_to_target_s IS NULL FROM runs WHERE id = 2") == "1");
+  CHECK_THAT(f.xrun("show 2 --db " + shell_quote(f.db())).output,
+             Contains("target       100.00% not reached: best") && Contains("in 3 evaluation(s)"));
+  // Without evaluations there is no time to a target: refused before training.
+  r = f.xrun(run_args(f, file) + " --set measure.target_accuracy=0.5 --set train.eval=false");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Contains("measure.target_accuracy") && Contains("needs train.eval = true"));
+  r = f.xrun(run_args(f, file) + " --set measure.target_accuracy=1.5");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Contains("measure.target_accuracy"));
+}
+
+TEST_CASE("train.optimizer.lr_scaling: the run trains and stores the rate scaled to its batch",
+          "[cli][train][target]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("lr.toml", small_experiment("lr"));
+  // Batch 16 against a reference batch of 4: linear x4, sqrt x2, warmup 4 steps.
+  const std::string run = run_args(f, file) +
+                          " --set train.epochs=1 --set train.optimizer.reference_batch=4"
+                          " --set train.schedule.warmup_steps=4";
+  for (const char* rule : {"linear", "sqrt", "none"})
+    REQUIRE(f.xrun(run + " --set train.optimizer.lr_scaling=" + rule).status == 0);
+  // small_experiment's lr is 2e-3.
+  CHECK(f.sql_double("SELECT lr FROM runs WHERE id = 1") == Approx(8e-3));
+  CHECK(f.sql_double("SELECT lr FROM runs WHERE id = 2") == Approx(4e-3));
+  CHECK(f.sql_double("SELECT lr FROM runs WHERE id = 3") == Approx(2e-3));
+  // The steps warm up to it: step 1 is 2/4 of it, step 10 all of it.
+  CHECK(f.sql_double("SELECT lr FROM steps WHERE run = 1 AND step = 1") == Approx(4e-3));
+  CHECK(f.sql_double("SELECT lr FROM steps WHERE run = 1 AND step = 10") == Approx(8e-3));
+  CHECK_THAT(f.xrun("show 1 --db " + shell_quote(f.db())).output,
+             Contains("peak lr      0.008 (linear scaling of 0.002 at batch 4)"));
+  // A cosine floor above the scaled rate is refused, saying why.
+  auto r = f.xrun(run_args(f, file) + " --set train.optimizer.lr_scaling=linear"
+                  " --set train.optimizer.reference_batch=64 --set train.schedule.name=cosine"
+                  " --set train.schedule.min_lr=1e-3");
+  CHECK(r.status != 0);
+  CHECK_THAT(r.output, Contains("train.schedule.min_lr") && Contains("linear scaling gives batch 16"));
+}

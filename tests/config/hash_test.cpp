@@ -121,6 +121,10 @@ TEST_CASE("hash values are pinned (a change here breaks stored results)", "[conf
           c.erase("description");
           c["store"].erase("path");
           c["train"].erase("per_layer_update");  // added later: hashed only when set
+          c["train"].erase("eval_every");
+          c["train"]["optimizer"].erase("lr_scaling");
+          c["train"]["optimizer"].erase("reference_batch");
+          c["measure"].erase("target_accuracy");
           return c;
         }())));
   CHECK(r.config_hash == "1421229ed1977e38");
@@ -137,4 +141,16 @@ TEST_CASE("a key added to the schema later keeps earlier hashes at its default",
   const RunSpec set = plan_text(text + "[train]\nper_layer_update = true\n").runs[0];
   CHECK(set.config_hash != plain.config_hash);
   CHECK(set.experiment_hash != plain.experiment_hash);
+  // The time-to-target and learning-rate scaling keys (schema of issue 23).
+  const RunSpec later_defaults =
+      plan_text(text + "[train]\neval_every = 0\n[train.optimizer]\nlr_scaling = \"none\"\n"
+                       "reference_batch = 256\n[measure]\ntarget_accuracy = 0\n")
+          .runs[0];
+  CHECK(later_defaults.config_hash == "1421229ed1977e38");
+  for (const std::string extra : {"[train]\neval_every = 100\n", "[measure]\ntarget_accuracy = 0.9\n",
+                                  "[train.optimizer]\nlr_scaling = \"linear\"\n",
+                                  "[train.optimizer]\nreference_batch = 128\n"}) {
+    INFO(extra);
+    CHECK(plan_text(text + extra).runs[0].config_hash != plain.config_hash);
+  }
 }

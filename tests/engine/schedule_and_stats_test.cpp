@@ -3,6 +3,7 @@
 // stored figure (throughput over measured steps only, quantiles, outliers).
 #include "catch2_compat.h"
 #include <cmath>
+#include <stdexcept>
 
 #include "engine/schedule.h"
 #include "core/stats.h"
@@ -44,6 +45,29 @@ TEST_CASE("schedule: linear warmup then constant, cosine or step", "[schedule]")
     s.name = "linear";
     CHECK_THROWS_WITH(learning_rate(s, 0.1, 5, 100), Catch::Contains("linear"));
   }
+}
+
+TEST_CASE("schedule: the learning rate scaled to the batch, linearly or by its square root",
+          "[schedule]") {
+  OptimizerConfig o;
+  o.lr = 0.1;
+  o.reference_batch = 256;
+  CHECK(scaled_lr(o, 1024) == 0.1);  // none: as given
+  o.lr_scaling = "linear";            // Goyal et al.: 0.1 x 1024/256
+  CHECK(scaled_lr(o, 1024) == Approx(0.4));
+  CHECK(scaled_lr(o, 64) == Approx(0.025));
+  CHECK(scaled_lr(o, 256) == 0.1);
+  o.lr_scaling = "sqrt";
+  CHECK(scaled_lr(o, 1024) == Approx(0.2));
+  CHECK(scaled_lr(o, 64) == Approx(0.05));
+  o.lr_scaling = "cubic";
+  CHECK_THROWS_AS(scaled_lr(o, 64), std::invalid_argument);
+  // The schedule warms up to the scaled rate.
+  ScheduleConfig warm;
+  warm.warmup_steps = 4;
+  o.lr_scaling = "linear";
+  CHECK(learning_rate(warm, scaled_lr(o, 512), 1, 100) == Approx(0.2 * 2 / 4));
+  CHECK(learning_rate(warm, scaled_lr(o, 512), 10, 100) == Approx(0.2));
 }
 
 TEST_CASE("step statistics: measured steps only, images over wall time", "[stats]") {

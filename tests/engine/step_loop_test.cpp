@@ -1,13 +1,17 @@
 // tests/engine/step_loop_test.cpp: the training loop (engine/step_loop.h)
 // over a fake step source, with no backend: step kinds, epochs, when the
 // loss is read and what a NaN does, evaluation and checkpoints at epoch
-// ends, Ctrl-C, resuming mid-epoch, the order observers see events in, and
-// the nsys capture window (engine/capture_window.h).
+// ends and every eval_every steps (timed on a fake clock, and the time to a
+// target accuracy from them), Ctrl-C, resuming mid-epoch, the order
+// observers see events in, and the nsys capture window
+// (engine/capture_window.h).
 #include "catch2_compat.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/capture_window.h"
+#include "engine/step_stats.h"
 #include "engine/step_loop.h"
 #include "fake_steps.h"
 
@@ -118,7 +122,7 @@ TEST_CASE("step loop: the events of a step and an epoch, in order", "[step_loop]
       "phase h2d", "/phase h2d", "phase forward", "layer conv1", "/layer", "layer fc", "/layer",
       "/phase forward", "phase backward", "layer conv1", "/layer", "layer fc", "/layer",
       "/phase backward", "phase optimizer", "/phase optimizer", "step_end 0", "phase eval",
-      "/phase eval", "epoch_end 0", "phase checkpoint", "/phase checkpoint"};
+      "/phase eval", "eval 1", "epoch_end 0", "phase checkpoint", "/phase checkpoint"};
   CHECK(log.own == want);
 }
 
@@ -177,4 +181,111 @@ TEST_CASE("step loop: 1e12 planned steps allocate nothing up front", "[step_loop
   CHECK_THROWS_AS(run_steps(src, loop_plan(1'000'000'000'000, 1'000'000'000'000), log, stop_after_3),
                   TrainInterrupted);
   CHECK(src.saves == std::vector<int64_t>{3});
+}
+
+// 10 steps of 1 s in epochs of 4, evaluations of 0.5 s every 3 steps and at
+// epoch ends: after steps 3, 4 (end), 6, 8 (end), 9 and 10 (the last).
+TEST_CASE("step loop: evaluations every eval_every steps and at epoch ends, timed from the first step",
+          "[step_loop][target]") {
+  FakeSteps src;
+  src.step_seconds = 1.0;
+  src.eval_seconds = 0.5;
+  src.accuracies = {0.1, 0.3, 0.5, 0.45, 0.7, 0.6};
+  LoopPlan plan = loop_plan(10, 4);
+  plan.eval_every = 3;
+  plan.clock = [&] { return src.now; };
+  EventLog log;
+  const LoopResult r = run_steps(src, plan, log, {});
+  REQUIRE(r.evals.size() == 6);
+  const std::vector<int64_t> steps = {3, 4, 6, 8, 9, 10};
+  const std::vector<int> epochs = {0, 0, 1, 1, 2, 2};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const EvalRecord& e = r.evals[i];
+    INFO("evaluation " << i);
+    CHECK(e.step == steps[i]);
+    CHECK(e.epoch == epochs[i]);
+    CHECK(e.images == 4 * steps[i]);
+    // Wall time: the steps so far and every evaluation, this one included.
+    CHECK(e.wall_seconds == Approx(1.0 * steps[i] + 0.5 * (i + 1)));
+    CHECK(e.eval_seconds == Approx(0.5 * (i + 1)));
+    CHECK(e.test_accuracy == src.accuracies[i]);
+  }
+  // Each evaluation is told to observers, before its epoch's end.
+  CHECK(std::count(log.own.begin(), log.own.end(), "eval 3") == 1);
+  const auto at = [&](const std::string& event) {
+    return std::find(log.own.begin(), log.own.end(), event) - log.own.begin();
+  };
+  CHECK(at("eval 4") < at("epoch_end 0"));
+  CHECK(at("eval 3") < at("step_begin 3 measured"));
+  // The training loss is read before each evaluation (the fake throws if
+  // not): step 3 (log_every 2 would not read there) has its loss.
+  CHECK(std::isfinite(r.steps[2].loss));
+  // The last evaluation's figures are the run's.
+  CHECK(r.test_accuracy == 0.6);
+  CHECK(src.evaluations == 6);
+  CHECK(src.saves == std::vector<int64_t>{4, 8, 10});  // checkpoints at epoch ends only
+}
+
+TEST_CASE("step loop: an epoch's seconds exclude its evaluations, its eval_seconds hold them all",
+          "[step_loop][target]") {
+  FakeSteps src;
+  src.step_seconds = 1.0;
+  src.eval_seconds = 0.5;
+  LoopPlan plan = loop_plan(8, 4);
+  plan.eval_every = 2;  // after steps 2 and 6 mid-epoch, 4 and 8 at the ends
+  plan.clock = [&] { return src.now; };
+  struct Epochs final : RunObserver {
+    std::vector<EpochRecord> seen;
+    void on_epoch_end(const EpochRecord& e) override { seen.push_back(e); }
+  } epochs;
+  run_steps(src, plan, epochs, {});
+  REQUIRE(epochs.seen.size() == 2);
+  for (const EpochRecord& e : epochs.seen) {
+    CHECK(e.seconds == Approx(4.0));
+    CHECK(e.eval_seconds == Approx(1.0));
+  }
+}
+
+TEST_CASE("time to target: the first evaluation at or above it, wall time with evaluations",
+          "[step_loop][target]") {
+  std::vector<EvalRecord> evals;
+  const double acc[] = {0.1, 0.3, 0.5, 0.45, 0.7, 0.6};
+  const int64_t steps[] = {3, 4, 6, 8, 9, 10};
+  for (int i = 0; i < 6; ++i)
+    evals.push_back({steps[i], static_cast<int>(steps[i] / 4), 4 * steps[i],
+                     1.0 * steps[i] + 0.5 * (i + 1), 0.5 * (i + 1), 1.0, acc[i]});
+  RunSummary s;
+  summarize_evals(evals, 0.5, 4, s);  // reached exactly at the third
+  CHECK(s.target_accuracy == 0.5);
+  CHECK(s.time_to_target_s == Approx(7.5));
+  CHECK(s.time_to_target_eval_s == Approx(1.5));
+  CHECK(s.steps_to_target == 6);
+  CHECK(s.epochs_to_target == Approx(1.5));
+  CHECK(s.images_to_target == 24);
+  CHECK(s.best_accuracy == 0.7);
+
+  RunSummary above;
+  summarize_evals(evals, 0.65, 4, above);  // the fifth, not the sixth (0.6)
+  CHECK(above.steps_to_target == 9);
+  CHECK(above.time_to_target_s == Approx(11.5));
+
+  RunSummary below;  // never reached: stored as such, with the best it got
+  summarize_evals(evals, 0.8, 4, below);
+  CHECK(below.target_accuracy == 0.8);
+  CHECK(std::isnan(below.time_to_target_s));
+  CHECK(below.steps_to_target == 0);
+  CHECK(below.best_accuracy == 0.7);
+
+  RunSummary none;  // no target: nothing but the best accuracy
+  summarize_evals(evals, 0, 4, none);
+  CHECK(std::isnan(none.target_accuracy));
+  CHECK(std::isnan(none.time_to_target_s));
+  CHECK(none.best_accuracy == 0.7);
+
+  // A NaN accuracy (an empty test set) never reaches a target.
+  std::vector<EvalRecord> nan_first = evals;
+  nan_first[0].test_accuracy = NAN;
+  RunSummary low;
+  summarize_evals(nan_first, 0.01, 4, low);
+  CHECK(low.steps_to_target == 4);
 }

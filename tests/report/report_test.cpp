@@ -110,6 +110,48 @@ TEST_CASE("the runs table shows each run's TFLOP/s and % of peak, '-' where unkn
   CHECK(with_peak == 6);  // the 4090 D's six runs
 }
 
+TEST_CASE("convergence: accuracy by wall time and by images, runs ranked by time to target",
+          "[report][target]") {
+  store_test::TempDir dir;
+  const std::string path = dir.file("sweep.db");
+  report_test::build_store(path);
+  store::Store db(path);
+  const std::string html = render(db);
+  REQUIRE(markup_problem(html).empty());
+  const std::string conv = section(html, "convergence");
+  size_t points = 0, runs = 0;
+  struct Ranked { bool reached; double time, best; int64_t id; };
+  std::vector<Ranked> want;
+  for (const store::RunInfo& info : db.list_runs()) {
+    const auto d = db.get_run(info.uuid);
+    size_t finite = 0;
+    for (const EvalRecord& e : d->evals) finite += std::isfinite(e.test_accuracy);
+    points += finite;
+    runs += finite > 0;
+    const RunSummary& s = d->summary;
+    if (std::isfinite(s.target_accuracy))
+      want.push_back({std::isfinite(s.time_to_target_s), s.time_to_target_s, s.best_accuracy, info.id});
+  }
+  // Two charts, one line per run and one marker per evaluation in each.
+  CHECK(count(conv, "class=\"mark line\"") == 2 * runs);
+  CHECK(count(conv, "class=\"mark point\"") == 2 * points);
+  CHECK(count(conv, "Test accuracy by wall time") > 0);
+  CHECK(count(conv, "Test accuracy by images seen") > 0);
+  // The runs with a target, reached first by time, then by best accuracy.
+  std::stable_sort(want.begin(), want.end(), [](const Ranked& a, const Ranked& b) {
+    if (a.reached != b.reached) return a.reached;
+    return a.reached ? a.time < b.time : a.best > b.best;
+  });
+  std::vector<long> order;
+  for (const Ranked& r : want) order.push_back(static_cast<long>(r.id));
+  CHECK(attribute_values(conv, "<tr data-run", "data-run") == order);
+  REQUIRE(want.size() == 6);  // the fp16 runs
+  const auto reached = std::count_if(want.begin(), want.end(), [](const Ranked& r) { return r.reached; });
+  CHECK(reached > 0);
+  CHECK(reached < 6);  // both kinds of row are drawn
+  CHECK(count(conv, ">not reached<") == 6 - reached);
+}
+
 TEST_CASE("every chart's data marks match what the store holds", "[report]") {
   store_test::TempDir dir;
   const std::string path = dir.file("sweep.db");

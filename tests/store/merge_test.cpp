@@ -89,6 +89,8 @@ std::string full_run(Store& store, NewRun run, double base, const std::string& d
   store.write_steps(uuid, steps_for(9, base));
   store.write_epoch(uuid, {0, 1.5, 1.25, 0.5, 10.0, 1.0, 576});
   store.write_epoch(uuid, {1, 1.25, std::nan(""), std::nan(""), 9.5, 0.0, 576});
+  store.write_eval(uuid, {4, 0, 288, 10.0 + base, 1.0, 1.25, 0.5});
+  store.write_eval(uuid, {9, 1, 576, 20.5 + base, 1.0, std::nan(""), std::nan("")});
   const std::vector<PhaseRecord> phases = {{"forward", 8, base, base / 2}, {"backward", 8, 2 * base, base},
                                            {"data_wait", 8, 0.5, 0}};
   store.write_phases(uuid, phases);

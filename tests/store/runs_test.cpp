@@ -46,6 +46,16 @@ RunSummary make_summary() {
   s.flops_per_step = 6.291e12;
   s.peak_flops = 165.2e12;
   s.peak_source = "published: NVIDIA GeForce RTX 4090 D, bf16 dense";
+  s.peak_bytes_per_s = 1008e9;
+  s.peak_bandwidth_source = "memory clock 10501 MHz x 2 x 384-bit bus";
+  s.target_accuracy = 0.6;
+  s.time_to_target_s = 25.75;
+  s.time_to_target_eval_s = 1.5;
+  s.epochs_to_target = 1.0;
+  s.steps_to_target = 10;
+  s.images_to_target = 5120;
+  s.best_accuracy = 0.61;
+  s.lr = 4e-3;
   s.batch_size = 512;
   return s;
 }
@@ -167,6 +177,9 @@ TEST_CASE("records round-trip, NaN stored as NULL and read back as NaN", "[store
   store.write_steps(uuid, std::span<const StepRecord>(steps).subspan(10));
   store.write_epoch(uuid, {0, 1.9, kNaN, kNaN, 12.5, 0.0, 5120});
   store.write_epoch(uuid, {1, 1.2, 1.1, 0.61, 12.0, 1.5, 5120});
+  store.write_eval(uuid, {5, 0, 2560, 12.75, 0.25, 1.5, 0.4});
+  store.write_eval(uuid, {10, 1, 5120, 25.75, 1.5, 1.1, 0.61});
+  store.write_eval(uuid, {12, 1, 6144, 30.0, 2.0, kNaN, kNaN});
   std::vector<PhaseRecord> phases = {{"data_wait", 90, 3.5, 0.0},
                                      {"forward", 90, 100.0, 95.5},
                                      {"backward", 90, 180.0, kNaN}};
@@ -214,6 +227,15 @@ TEST_CASE("records round-trip, NaN stored as NULL and read back as NaN", "[store
   CHECK(d->epochs[0].images == 5120);
   CHECK(d->epochs[1].test_accuracy == 0.61);
   CHECK(d->epochs[1].eval_seconds == 1.5);
+  REQUIRE(d->evals.size() == 3);
+  CHECK(d->evals[1].step == 10);
+  CHECK(d->evals[1].epoch == 1);
+  CHECK(d->evals[1].images == 5120);
+  CHECK(d->evals[1].wall_seconds == 25.75);
+  CHECK(d->evals[1].eval_seconds == 1.5);
+  CHECK(d->evals[1].test_loss == 1.1);
+  CHECK(d->evals[1].test_accuracy == 0.61);
+  CHECK(std::isnan(d->evals[2].test_accuracy));
   REQUIRE(d->phases.size() == 3);
   CHECK(d->phases[0].phase == "data_wait");
   CHECK(d->phases[1].gpu_ms == 95.5);
@@ -248,6 +270,17 @@ TEST_CASE("records round-trip, NaN stored as NULL and read back as NaN", "[store
   CHECK(s.flops_per_step == sum.flops_per_step);
   CHECK(s.peak_flops == sum.peak_flops);
   CHECK(s.peak_source == sum.peak_source);
+  CHECK(s.peak_bytes_per_s == sum.peak_bytes_per_s);
+  CHECK(s.peak_bandwidth_source == sum.peak_bandwidth_source);
+  CHECK(s.target_accuracy == sum.target_accuracy);
+  CHECK(s.time_to_target_s == sum.time_to_target_s);
+  CHECK(s.time_to_target_eval_s == sum.time_to_target_eval_s);
+  CHECK(s.epochs_to_target == sum.epochs_to_target);
+  CHECK(s.steps_to_target == sum.steps_to_target);
+  CHECK(s.images_to_target == sum.images_to_target);
+  CHECK(s.best_accuracy == sum.best_accuracy);
+  CHECK(s.lr == sum.lr);
+  CHECK(sql_int(path, "SELECT time_to_target_s = 25.75 FROM run_summary") == 1);
   CHECK(achieved_flops(s) == Approx(6.291e12 * 90 / 18.5).epsilon(1e-15));
   CHECK(std::isnan(s.test_accuracy));
   CHECK(std::isnan(s.test_loss));
