@@ -66,6 +66,16 @@ struct KernelRecord {
   double total_ms = 0, min_ms = 0, max_ms = 0;
 };
 
+// One layer's work in one pass of a micro-batch, from the model's shapes
+// (engine/model/step_flops.h, step_bytes.h): its FLOPs and the least bytes
+// it moves. pass: forward | backward_data | backward_weights | backward.
+struct LayerCostRecord {
+  std::string layer;  // as profile.layers names it: "layer1.0.conv1"
+  std::string pass;
+  double flops = 0;
+  double bytes = 0;
+};
+
 // Copies (or memsets) of one direction and host memory kind over the traced
 // steps (CUDA engine with CUPTI). direction: h2d | d2h | d2d | h2h | memset;
 // memory: pinned | pageable | device.
@@ -227,6 +237,7 @@ struct TrainResult {
   std::vector<KernelRecord> kernels;
   std::vector<MemcpyRecord> copies;
   std::vector<FindingRecord> findings;  // the troubleshooting checks that fired
+  std::vector<LayerCostRecord> layer_costs;  // per layer and pass, forward order
   Environment environment;
 };
 

@@ -17,6 +17,7 @@
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
 #include "engine/model/resnet.h"
+#include "engine/model/step_bytes.h"
 #include "engine/model/step_flops.h"
 #include "engine/step_runner.h"
 #include "engine/step_stats.h"
@@ -246,6 +247,23 @@ class Run final : public StepSource {
     return count_step_flops(*model, optimizer_settings()).per_step(cfg.train.accumulate);
   }
 
+  // Each layer's FLOPs and least bytes per pass of one micro-batch, tensors
+  // at the precision's element size.
+  std::vector<LayerCostRecord> layer_costs() const {
+    const StepFlops flops = count_step_flops(*model, optimizer_settings());
+    const int element = cfg.train.precision == Precision::fp16 ||
+                                cfg.train.precision == Precision::bf16 ? 2 : 4;
+    const std::vector<LayerBytes> bytes = count_layer_bytes(model->layer_shapes(), element);
+    std::vector<LayerCostRecord> out;
+    for (const LayerFlops& f : flops.layers) {
+      LayerCostRecord r{f.layer, f.pass, f.flops, 0};
+      for (const LayerBytes& b : bytes)
+        if (b.layer == f.layer && b.pass == f.pass) r.bytes = b.bytes;
+      out.push_back(r);
+    }
+    return out;
+  }
+
  private:
   BackendOptions backend_options() const {
     BackendOptions bo;
@@ -384,6 +402,7 @@ TrainResult train(const RunConfig& cfg, RunObserver& observers, const TrainConte
   result.summary.peak_memory_bytes = backend.peak_memory_bytes();
   result.summary.algo_search_ms = backend.conv_algorithm_search_ms();
   result.summary.flops_per_step = run.flops_per_step();
+  result.layer_costs = run.layer_costs();
   result.memory = backend.memory_plan();
   result.conv_algorithms = backend.conv_algorithms();
   obs.on_run_end(result);

@@ -14,6 +14,7 @@
 #include "core/phase.h"
 #include "runner/commands.h"
 #include "runner/output.h"
+#include "runner/roofline.h"
 #include "store/store.h"
 
 namespace xrun::cli {
@@ -103,6 +104,36 @@ static std::string lr_rule(const std::map<std::string, std::string>& params) {
          get("train.optimizer.reference_batch") + ")";
 }
 
+// The layers furthest below their roof (profile.layers runs with peaks).
+static std::string roofline_text(const store::RunDetail& d) {
+  const analysis::Roofline r = analysis::make_roofline(d.kernels, d.layer_costs, d.summary.peak_flops,
+                                                       d.summary.peak_bytes_per_s);
+  if (r.points.empty()) return "";
+  std::ostringstream o;
+  if (!std::isfinite(r.ridge)) {
+    o << "\nroofline: " << r.points.size()
+      << " layer passes timed, but no peak for this run's device (CPU: `xrun doctor --peak`)\n";
+    return o.str();
+  }
+  o << "\nroofline (per micro-batch; roofs " << flops_text(r.peak_flops, "FLOP/s") << " and "
+    << fixed(r.peak_bytes_per_s / 1e9, 1) << " GB/s, ridge " << fixed(r.ridge, 1)
+    << " FLOP/byte): the passes furthest below their roof\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-24s %-9s %9s %9s %12s %10s %9s  %s\n", "layer", "pass", "ms",
+                "at roof", "FLOP/s", "FLOP/byte", "of roof", "bound by");
+  o << line;
+  for (const analysis::RooflinePoint& p : analysis::furthest_below_roof(r, 8)) {
+    std::snprintf(line, sizeof line, "  %-24s %-9s %9.3f %9.3f %12s %10.1f %8.0f%%  %s\n",
+                  p.layer.substr(0, 24).c_str(), p.phase.c_str(), p.ms, p.ms_at_roof,
+                  flops_text(p.achieved, "").c_str(), p.intensity, 100.0 * p.achieved / p.roof,
+                  p.memory_bound ? "memory" : "compute");
+    o << line;
+  }
+  o << "  memory-bound passes: " << fixed(r.memory_bound_ms, 2) << " of " << fixed(r.ms, 2)
+    << " ms per micro-batch\n";
+  return o.str();
+}
+
 static std::string target_text(const RunSummary& s, size_t evaluations) {
   if (!std::isfinite(s.target_accuracy)) return "";
   const std::string target = fixed(100.0 * s.target_accuracy, 2) + "%";
@@ -175,6 +206,20 @@ int show_command(const ShowArgs& args) {
                          {"test_loss", number_or_null(e.test_loss)},
                          {"test_accuracy", number_or_null(e.test_accuracy)}});
       j["evals"] = evals;
+      const analysis::Roofline roof = analysis::make_roofline(
+          d.kernels, d.layer_costs, d.summary.peak_flops, d.summary.peak_bytes_per_s);
+      json points = json::array();
+      for (const analysis::RooflinePoint& p : roof.points)
+        points.push_back({{"layer", p.layer}, {"phase", p.phase}, {"calls", p.calls},
+                          {"ms", p.ms}, {"flops", p.flops}, {"bytes", p.bytes},
+                          {"achieved_flops", p.achieved}, {"intensity", p.intensity},
+                          {"roof_flops", number_or_null(p.roof)},
+                          {"ms_at_roof", number_or_null(p.ms_at_roof)},
+                          {"memory_bound", p.memory_bound}});
+      j["roofline"] = {{"peak_flops", number_or_null(roof.peak_flops)},
+                       {"peak_bytes_per_s", number_or_null(roof.peak_bytes_per_s)},
+                       {"ridge", number_or_null(roof.ridge)},
+                       {"points", points}};
       json findings = json::array();
       for (const auto& f : d.findings)
         findings.push_back({{"check", f.check}, {"message", f.message}, {"value", f.value}});
@@ -337,6 +382,7 @@ int show_command(const ShowArgs& args) {
         o << line;
       }
     }
+    o << roofline_text(d);
     o << "\nenvironment\n";
     for (const auto& [k, v] : d.environment.fields) o << "  " << t(k) << " = " << t(v) << "\n";
     o << "\nconfig (resolved)\n";

@@ -32,6 +32,7 @@
 #include "runner/experiment.h"
 #include "runner/parallel_runs.h"
 #include "runner/progress.h"
+#include "runner/roofline.h"
 #include "store/store.h"
 
 namespace xrun::cli {
@@ -214,6 +215,17 @@ void add_profiler_observers(RunObservers& obs, const RunConfig& cfg, ProgressDis
   obs.add(std::make_unique<profiler::Findings>(cfg));
 }
 
+// The memory-bound finding, where profile.layers timed the layers and the
+// device's peaks are known (runner/roofline.h).
+void add_roofline_finding(TrainResult& result) {
+  if (result.layers.empty()) return;
+  const analysis::Roofline r =
+      analysis::make_roofline(result.layers, result.layer_costs, result.summary.peak_flops,
+                              result.summary.peak_bytes_per_s);
+  FindingRecord f;
+  if (analysis::memory_bound_finding(r, f)) result.findings.push_back(f);
+}
+
 // What the store keeps while the run goes: its environment and its epochs.
 class StoredRecords final : public RunObserver {
  public:
@@ -302,10 +314,12 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     db.write_memcpy(uuid, result.copies);
     db.write_memory(uuid, result.memory);
     db.write_conv_algorithms(uuid, result.conv_algorithms, device_key);
-    db.write_findings(uuid, result.findings);
-    db.write_trace(uuid, result.trace);
     attach_peak(db, result.environment, cfg.train.precision, cfg.train.device.is_gpu(),
                 result.summary);
+    add_roofline_finding(result);
+    db.write_findings(uuid, result.findings);
+    db.write_trace(uuid, result.trace);
+    db.write_layer_costs(uuid, result.layer_costs);
     db.finish_run(uuid, store::RunStatus::complete, result.summary);
     batch.commit();
     const std::string line = complete_line(result.summary.throughput,

@@ -60,7 +60,10 @@
 //        time_to_target_eval_s, epochs_to_target, steps_to_target,
 //        images_to_target (the first evaluation at or above the target; NULL
 //        when never reached), best_accuracy; runs.lr: the peak learning
-//        rate after train.optimizer.lr_scaling  [version 9]
+//        rate after train.optimizer.lr_scaling;
+//   layer_costs(run, layer, pass, flops, bytes)  each layer's FLOPs and least
+//        bytes per pass of a micro-batch, from the model's shapes (the
+//        roofline's x and y with profile.layers' times)  [version 9]
 //   view run_summary: one row per run: id, uuid, experiment (name),
 //        sweep_index, label, device, device_name, batch_size (summary, else
 //        run_params train.batch_size), precision, cudnn_benchmark, workers
@@ -374,6 +377,14 @@ ALTER TABLE runs ADD COLUMN steps_to_target INTEGER;
 ALTER TABLE runs ADD COLUMN images_to_target INTEGER;
 ALTER TABLE runs ADD COLUMN best_accuracy REAL;
 ALTER TABLE runs ADD COLUMN lr REAL;
+CREATE TABLE layer_costs (
+  run   INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  layer TEXT NOT NULL,
+  pass  TEXT NOT NULL,
+  flops REAL,
+  bytes REAL,
+  UNIQUE (run, layer, pass)
+);
 DROP VIEW run_summary;
 CREATE VIEW run_summary AS
 SELECT
@@ -596,16 +607,27 @@ sqlite3* open_database(const std::string& path, int target_version) {
     throw StoreError(path + ": no schema version " + std::to_string(target_version));
   sqlite3* db = open_handle(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   try {
+    // The version and the objects read in one read transaction: another
+    // process migrating the same new file between the two reads would
+    // otherwise show version N with version N+1's run_summary (schema 9
+    // recreates it) and the file would look altered.
     FileState s;
+    exec(db, path, "BEGIN");
     try {
-      s = read_state(db, path);
-    } catch (const StoreError&) {
-      const int code = sqlite3_errcode(db);
-      if (code == SQLITE_CANTOPEN || code == SQLITE_READONLY) refuse_if_read_only(path);
+      try {
+        s = read_state(db, path);
+      } catch (const StoreError&) {
+        const int code = sqlite3_errcode(db);
+        if (code == SQLITE_CANTOPEN || code == SQLITE_READONLY) refuse_if_read_only(path);
+        throw;
+      }
+      validate(s, path);  // before anything writes to the file
+      check_objects(db, path, static_cast<int>(s.version));
+    } catch (...) {
+      sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
       throw;
     }
-    validate(s, path);  // before anything writes to the file
-    check_objects(db, path, static_cast<int>(s.version));
+    exec(db, path, "COMMIT");
     enable_wal(db, path);
     exec(db, path, "PRAGMA foreign_keys = ON");
     if (s.version < target_version) migrate(db, path, target_version);
@@ -652,14 +674,16 @@ sqlite3* open_readable(const std::string& path) {
 sqlite3* open_read_only(const std::string& path, int& version) {
   sqlite3* db = open_readable(path);
   try {
+    exec(db, path, "BEGIN");  // one snapshot for the version and the objects (open_database)
     FileState s = read_state(db, path);
     if (s.objects == 0 && s.application_id == 0)
       throw StoreError(path + ": an empty database, not an xrun store");
     validate(s, path);
     version = static_cast<int>(s.version);
     check_objects(db, path, version);
+    exec(db, path, "COMMIT");
   } catch (...) {
-    sqlite3_close_v2(db);
+    sqlite3_close_v2(db);  // an open read transaction ends with the handle
     throw;
   }
   return db;

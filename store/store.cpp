@@ -442,6 +442,19 @@ void Store::write_findings(const std::string& uuid, std::span<const FindingRecor
   tx.commit();
 }
 
+void Store::write_layer_costs(const std::string& uuid, std::span<const LayerCostRecord> costs) {
+  Transaction tx(db_, path_);
+  const int64_t run = detail::run_id(db_, path_, uuid);
+  Statement st(db_, path_,
+               "INSERT OR REPLACE INTO layer_costs (run, layer, pass, flops, bytes)"
+               " VALUES (?1, ?2, ?3, ?4, ?5)");
+  for (const LayerCostRecord& c : costs) {
+    st.bind(1, run).bind(2, c.layer).bind(3, c.pass).bind(4, c.flops).bind(5, c.bytes);
+    st.run();
+  }
+  tx.commit();
+}
+
 void Store::write_trace(const std::string& uuid, std::span<const TraceEvent> events) {
   Transaction tx(db_, path_);
   const int64_t run = detail::run_id(db_, path_, uuid);
@@ -849,6 +862,12 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
                  "SELECT check_name, message, value FROM findings WHERE run = ?1 ORDER BY rowid");
     st.bind(1, *id);
     while (st.step()) d.findings.push_back({st.text(0), st.text(1), st.real(2)});
+  }
+  {
+    Statement st(db_, path_,
+                 "SELECT layer, pass, flops, bytes FROM layer_costs WHERE run = ?1 ORDER BY rowid");
+    st.bind(1, *id);
+    while (st.step()) d.layer_costs.push_back({st.text(0), st.text(1), st.real(2), st.real(3)});
   }
   return d;
 }

@@ -281,7 +281,7 @@ std::string render_report(const ReportData& data) {
          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>" +
          "<title>xrun report: " + escape(data.store_path) + "</title><style>" + page_css() +
          chart_css() + "</style></head><body><main>" + page_header(data) + runs(data) +
-         row(throughput(data), speedup(data)) + training(data) + convergence(data) + step_times(data) + phases(data) +
+         row(throughput(data), speedup(data)) + training(data) + convergence(data) + roofline(data) + step_times(data) + phases(data) +
          kernels(data) + environment(data) + "<footer>Written by xrun report from " +
          escape(data.store_path) + ".</footer></main></body></html>\n";
 }

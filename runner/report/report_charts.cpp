@@ -1,7 +1,8 @@
 // runner/report/report_charts.cpp: the chart sections of the report:
 // throughput by batch size, speedup against a baseline, loss and accuracy
 // curves, accuracy against wall time and images with the time to a target,
-// step-time histograms, phase breakdown and top kernels. Each turns
+// the roofline of each run's timed layers, step-time histograms, phase
+// breakdown and top kernels. Each turns
 // ReportData into the chart structs of svg_chart.h and wraps them in a card.
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "core/phase.h"
 #include "runner/report/report_sections.h"
+#include "runner/roofline.h"
 #include "runner/report/svg_chart.h"
 
 namespace xrun::report::sections {
@@ -338,6 +340,87 @@ std::string convergence(const ReportData& data) {
               "with a target accuracy ranked by the time to reach it.",
               "<div class=\"grid two\">" + render_line_chart(by_time) +
                   render_line_chart(by_images) + "</div>" + render_legend(legend) + table);
+}
+
+// --- Roofline: each timed layer pass against the device's roofs ------------------------------
+
+namespace {
+
+constexpr size_t kForwardStyle = 0, kBackwardStyle = 1, kRoofStyle = 7;
+
+// Powers of ten from below `lo` to above `hi` (both positive): a log axis's ticks.
+std::vector<double> decade_ticks(double lo, double hi) {
+  std::vector<double> out;
+  for (int e = static_cast<int>(std::floor(std::log10(lo)));
+       e <= static_cast<int>(std::ceil(std::log10(hi))); ++e)
+    out.push_back(std::pow(10.0, e));
+  return out;
+}
+
+std::string roofline_chart(const ReportRun& r, const analysis::Roofline& roof) {
+  LineChart c;
+  c.title = "Roofline: " + r.name;
+  c.x = {"arithmetic intensity (FLOP/byte)", true, {}};
+  c.y = {"GFLOP/s", true, {}};
+  c.legend = false;
+  Series forward{"forward", kForwardStyle, {}, false};
+  Series backward{"backward", kBackwardStyle, {}, false};
+  double x0 = roof.ridge, x1 = roof.ridge;
+  for (const analysis::RooflinePoint& p : roof.points) {
+    if (!(p.intensity > 0) || !(p.achieved > 0)) continue;
+    x0 = std::min(x0, p.intensity);
+    x1 = std::max(x1, p.intensity);
+    (p.phase == "forward" ? forward : backward)
+        .points.push_back({p.intensity, p.achieved / 1e9,
+                           p.layer + " " + p.phase + ": " + short_number(p.achieved / 1e9) +
+                               " GFLOP/s at " + short_number(p.intensity) + " FLOP/byte, " +
+                               short_number(100.0 * p.achieved / p.roof) + "% of its roof, " +
+                               short_number(p.ms) + " ms"});
+  }
+  x0 /= 2, x1 *= 2;
+  // The roofs: bandwidth up to the ridge point, compute after it.
+  Series roofs{"roofs", kRoofStyle, {}, true, false};
+  roofs.points = {{x0, x0 * roof.peak_bytes_per_s / 1e9, "memory roof: " +
+                       short_number(roof.peak_bytes_per_s / 1e9) + " GB/s"},
+                  {roof.ridge, roof.peak_flops / 1e9, "ridge point: " + short_number(roof.ridge) +
+                       " FLOP/byte"},
+                  {x1, roof.peak_flops / 1e9, "compute roof: " +
+                       short_number(roof.peak_flops / 1e9) + " GFLOP/s"}};
+  c.series = {roofs, forward, backward};
+  double y0 = roofs.points.front().y, y1 = roof.peak_flops / 1e9;
+  for (const Series* dots : {&forward, &backward})
+    for (const Point& p : dots->points) y0 = std::min(y0, p.y), y1 = std::max(y1, p.y);
+  c.x.ticks = decade_ticks(x0, x1);
+  c.y.ticks = decade_ticks(y0, y1);
+  c.note = short_number(100.0 * roof.memory_bound_ms / roof.ms) +
+           "% of the layer time in memory-bound passes (left of the ridge).";
+  return render_line_chart(c);
+}
+
+}  // namespace
+
+std::string roofline(const ReportData& data) {
+  std::vector<std::string> charts;
+  for (const ReportRun& r : data.runs) {
+    const store::RunDetail& d = r.detail;
+    const analysis::Roofline roof = analysis::make_roofline(
+        d.kernels, d.layer_costs, d.summary.peak_flops, d.summary.peak_bytes_per_s);
+    if (!roof.points.empty() && std::isfinite(roof.ridge)) charts.push_back(roofline_chart(r, roof));
+  }
+  const std::string body =
+      charts.empty()
+          ? note("No run timed its layers (profile.layers = true) on a device with a known peak "
+                 "(CPU: xrun doctor --peak).")
+          : grid(charts, "grid two") +
+                render_legend({{"forward", kForwardStyle, LegendEntry::Kind::box},
+                               {"backward", kBackwardStyle, LegendEntry::Kind::box},
+                               {"roofs (memory, then compute)", kRoofStyle,
+                                LegendEntry::Kind::line}});
+  return card("roofline", "Roofline",
+              "Each timed layer pass per micro-batch: its FLOP/s against its arithmetic intensity "
+              "(FLOPs over the least bytes it must move), under the device's memory and compute "
+              "roofs (log-log).",
+              body);
 }
 
 // --- Step-time distribution -----------------------------------------------------------------

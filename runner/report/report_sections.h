@@ -14,6 +14,7 @@ std::string throughput(const ReportData& data);  // id "throughput"
 std::string speedup(const ReportData& data);     // id "speedup"
 std::string training(const ReportData& data);    // id "training": loss and accuracy
 std::string convergence(const ReportData& data); // id "convergence": accuracy by time, images
+std::string roofline(const ReportData& data);    // id "roofline": each run's timed layers
 std::string step_times(const ReportData& data);  // id "step-times"
 std::string phases(const ReportData& data);      // id "phases"
 std::string kernels(const ReportData& data);     // id "kernels"

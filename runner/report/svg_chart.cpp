@@ -392,8 +392,9 @@ std::string render_line_chart(const LineChart& c) {
   x_axis(svg, p, sx, xt, xlabels, c.x.label, false);
   std::vector<LegendEntry> legend;
   for (const Series* s : drawn) {
-    svg += series_path(*s, sx, sy);
-    if (c.markers || s->points.size() == 1) svg += series_markers(*s, sx, sy);
+    if (s->line) svg += series_path(*s, sx, sy);
+    if ((c.markers && s->markers) || s->points.size() == 1 || !s->line)
+      svg += series_markers(*s, sx, sy);
     if (c.legend) legend.push_back({s->name, s->style, LegendEntry::Kind::line});
   }
   return figure(c.title, svg + "</svg>", legend, c.note);

@@ -94,6 +94,8 @@ struct Series {
   std::string name;
   size_t style = 0;
   std::vector<Point> points;
+  bool line = true;     // false: markers only (a scatter)
+  bool markers = true;  // false: no markers even where the chart draws them
 };
 
 struct LineChart {

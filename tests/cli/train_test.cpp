@@ -428,3 +428,46 @@ TEST_CASE("train.optimizer.lr_scaling: the run trains and stores the rate scaled
   CHECK(r.status != 0);
   CHECK_THAT(r.output, Contains("train.schedule.min_lr") && Contains("linear scaling gives batch 16"));
 }
+
+TEST_CASE("roofline: profile.layers with a measured peak lists the passes furthest below their roof",
+          "[cli][train][peak][roofline]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("roof.toml", small_experiment("roof"));
+  const std::string run = run_args(f, file) + " --set train.epochs=1 --set profile.layers=true";
+  // Every run stores each layer's FLOPs and least bytes per pass.
+  REQUIRE(f.xrun(run).status == 0);
+  CHECK(f.sql("SELECT count(*) FROM layer_costs WHERE run = 1 AND (flops <= 0 OR bytes <= 0)") == "0");
+  CHECK(f.sql("SELECT count(*) FROM layer_costs WHERE run = 1 AND layer = 'conv1'") == "2");
+  // The layers' FLOPs of a micro-batch and AdamW's 15 per parameter are the
+  // step's (accumulate 1).
+  CHECK(f.sql_double("SELECT sum(flops) FROM layer_costs WHERE run = 1") +
+            15 * f.sql_double("SELECT value FROM run_environment WHERE run = 1 AND key = 'parameters'") ==
+        Approx(f.sql_double("SELECT flops_per_step FROM runs WHERE id = 1")).epsilon(1e-12));
+  auto no_peak = f.xrun("show 1 --db " + shell_quote(f.db()));
+  CHECK_THAT(no_peak.output, Contains("layer passes timed, but no peak for this run's device"));
+
+  REQUIRE(f.xrun("doctor --peak --threads 2 --db " + shell_quote(f.db())).status == 0);
+  REQUIRE(f.xrun(run + " --force").status == 0);  // the same run again, now with a peak
+  auto shown = f.xrun("show 2 --db " + shell_quote(f.db()));
+  INFO(shown.output);
+  CHECK_THAT(shown.output, Contains("roofline (per micro-batch; roofs") &&
+                               Contains("the passes furthest below their roof") &&
+                               Contains("memory-bound passes:"));
+  const auto j = nlohmann::json::parse(f.xrun("show --json 2 --db " + shell_quote(f.db())).output);
+  const auto& roof = j.at("roofline");
+  CHECK(roof.at("ridge").get<double>() ==
+        Approx(f.sql_double("SELECT peak_flops / peak_bytes_per_s FROM runs WHERE id = 2")));
+  // A point per timed layer pass that has costs: every kernel row of the
+  // layer timer but the loss's (untimed) and none extra.
+  const auto layer_rows = std::stoi(f.sql(
+      "SELECT count(*) FROM kernels k WHERE run = 2 AND EXISTS (SELECT 1 FROM layer_costs c"
+      " WHERE c.run = 2 AND c.layer = k.name)"));
+  CHECK(roof.at("points").size() == static_cast<size_t>(layer_rows));
+  for (const auto& p : roof.at("points")) {
+    INFO(p.dump());
+    CHECK(p.at("achieved_flops").get<double>() ==
+          Approx(p.at("flops").get<double>() / (p.at("ms").get<double>() / 1000)));
+    CHECK(p.at("memory_bound").get<bool>() ==
+          (p.at("intensity").get<double>() < roof.at("ridge").get<double>()));
+  }
+}

@@ -2,6 +2,7 @@
 // loads and plans, on a machine with a GPU and without one.
 #include "catch2_compat.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "helpers.h"
@@ -28,7 +29,24 @@ TEST_CASE("every experiments/*.toml loads on a GPU machine", "[config][files]") 
       CHECK((rc.train.epochs > 0) != (rc.train.steps > 0));
     }
   }
-  CHECK(files == 6);
+  CHECK(files == 7);
+}
+
+TEST_CASE("batch-vs-convergence: five batch sizes, the same images between evaluations and in the warmup",
+          "[config][files]") {
+  Plan plan = load_plan(source_path("experiments/batch-vs-convergence.toml"), cpu_options());
+  REQUIRE(plan.runs.size() == 5);
+  for (const auto& run : plan.runs) {
+    RunConfig rc = to_run_config(run.config);
+    INFO(rc.train.batch_size);
+    CHECK(rc.data.source == "idx");
+    CHECK(rc.train.optimizer.lr_scaling == "linear");
+    CHECK(rc.measure.target_accuracy == 0.88);
+    // An evaluation every 12,000 images and a warmup over 19,200, to a step.
+    CHECK(std::abs(rc.train.eval_every * rc.train.batch_size - 12000) <= rc.train.batch_size / 2);
+    CHECK(std::abs(rc.train.schedule.warmup_steps * rc.train.batch_size - 19200) <=
+          rc.train.batch_size / 2);
+  }
 }
 
 TEST_CASE("quickstart: Fashion-MNIST, auto device, 600 steps", "[config][files]") {

@@ -16,6 +16,7 @@
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/resnet.h"
+#include "engine/model/step_bytes.h"
 #include "engine/model/step_flops.h"
 #include "torch_fixtures.h"
 
@@ -159,4 +160,49 @@ TEST_CASE("batch norm, pooling, residual, loss and optimizer follow the stated r
   CHECK(optimizer_flops_per_parameter(nesterov) == 8);
   nesterov.name = "lamb";
   CHECK_THROWS_AS(optimizer_flops_per_parameter(nesterov), std::invalid_argument);
+}
+
+TEST_CASE("least bytes: one per layer and pass the FLOPs count, by the stated rules", "[flops][bytes]") {
+  Built b("resnet50", 10, 2, 224);
+  const StepFlops f = count_step_flops(*b.model, adamw());
+  const std::vector<LayerBytes> bytes = count_layer_bytes(b.model->layer_shapes(), 4);
+  // The same (layer, pass) list, in the same order.
+  REQUIRE(bytes.size() == f.layers.size());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    INFO(f.layers[i].layer << " " << f.layers[i].pass);
+    CHECK(bytes[i].layer == f.layers[i].layer);
+    CHECK(bytes[i].pass == f.layers[i].pass);
+    CHECK(bytes[i].bytes > 0);
+  }
+  std::map<std::pair<std::string, std::string>, double> at;
+  for (const LayerBytes& l : bytes) at[{l.layer, l.pass}] = l.bytes;
+  // conv1: 2 x 3 x 224 x 224 in, 64 x 3 x 7 x 7 weights, 2 x 64 x 112 x 112 out.
+  const double x = 2.0 * 3 * 224 * 224, w = 64.0 * 3 * 7 * 7, y = 2.0 * 64 * 112 * 112;
+  CHECK(at.at({"conv1", "forward"}) == 4 * (x + w + y));
+  CHECK(at.at({"conv1", "backward_weights"}) == 4 * (x + y + w));
+  CHECK(at.count({"conv1", "backward_data"}) == 0);
+  // bn1 (fused ReLU) on conv1's output; maxpool to 56x56.
+  CHECK(at.at({"bn1", "forward"}) == 4 * (2 * y + 2 * 64));
+  CHECK(at.at({"bn1", "backward"}) == 4 * (4 * y + 2 * 64));
+  const double pooled = 2.0 * 64 * 56 * 56;
+  CHECK(at.at({"maxpool", "forward"}) == 4 * (y + pooled));
+  CHECK(at.at({"maxpool", "backward"}) == 4 * (2 * y + pooled));
+  CHECK(at.at({"layer1.0.residual", "backward"}) == 4 * 3 * 2.0 * 64 * 56 * 56);  // the block input
+  // fc: 2048 -> 10 with its bias, on 2 images.
+  CHECK(at.at({"fc", "forward"}) == 4 * (2.0 * 2048 + 2048 * 10 + 10 + 2 * 10));
+  CHECK(at.at({"loss", "backward"}) == 4 * 2 * 2.0 * 10);
+
+  // Independently: the weights each forward pass reads are the model's
+  // parameters. A pass's bytes are activations (per image) plus weights
+  // (per batch): bytes(batch 1) x 2 - bytes(batch 2) leaves the weights.
+  Built one("resnet50", 10, 1, 64), two("resnet50", 10, 2, 64);
+  const auto b1 = count_layer_bytes(one.model->layer_shapes(), 4);
+  const auto b2 = count_layer_bytes(two.model->layer_shapes(), 4);
+  double weights = 0;
+  for (size_t i = 0; i < b1.size(); ++i)
+    if (b1[i].pass == "forward" && b1[i].layer != "loss") weights += 2 * b1[i].bytes - b2[i].bytes;
+  CHECK(weights == 4.0 * static_cast<double>(one.model->parameter_count()));
+  // bf16 / fp16: half the bytes.
+  const auto half = count_layer_bytes(b.model->layer_shapes(), 2);
+  for (size_t i = 0; i < half.size(); ++i) CHECK(2 * half[i].bytes == bytes[i].bytes);
 }

@@ -14,6 +14,7 @@
 #include "html_check.h"
 #include "report_test_util.h"
 #include "runner/compare.h"
+#include "runner/roofline.h"
 
 using namespace xrun;
 using namespace xrun::report;
@@ -51,6 +52,15 @@ Held held(const store::Store& db) {
   }
   return h;
 }
+
+// The sweep store of report_test_util.h and its report, its markup checked.
+struct SweepReport {
+  store_test::TempDir dir;
+  std::string path = dir.file("sweep.db");
+  store::Store db{(report_test::build_store(path), path)};
+  std::string html = render(db);
+  SweepReport() { REQUIRE(markup_problem(html).empty()); }
+};
 
 long sum(const std::vector<long>& v) { return std::accumulate(v.begin(), v.end(), 0L); }
 
@@ -112,13 +122,9 @@ TEST_CASE("the runs table shows each run's TFLOP/s and % of peak, '-' where unkn
 
 TEST_CASE("convergence: accuracy by wall time and by images, runs ranked by time to target",
           "[report][target]") {
-  store_test::TempDir dir;
-  const std::string path = dir.file("sweep.db");
-  report_test::build_store(path);
-  store::Store db(path);
-  const std::string html = render(db);
-  REQUIRE(markup_problem(html).empty());
-  const std::string conv = section(html, "convergence");
+  const SweepReport sweep;
+  const store::Store& db = sweep.db;
+  const std::string conv = section(sweep.html, "convergence");
   size_t points = 0, runs = 0;
   struct Ranked { bool reached; double time, best; int64_t id; };
   std::vector<Ranked> want;
@@ -150,6 +156,29 @@ TEST_CASE("convergence: accuracy by wall time and by images, runs ranked by time
   CHECK(reached > 0);
   CHECK(reached < 6);  // both kinds of row are drawn
   CHECK(count(conv, ">not reached<") == 6 - reached);
+}
+
+TEST_CASE("roofline: one chart per run with timed layers and a peak, a point per pass, the roofs",
+          "[report][roofline]") {
+  const SweepReport sweep;
+  const store::Store& db = sweep.db;
+  const std::string roof = section(sweep.html, "roofline");
+  size_t charts = 0, points = 0;
+  for (const ReportRun& run : gather_report(db, {}).runs) {
+    const store::RunDetail& d = run.detail;
+    const auto r = analysis::make_roofline(d.kernels, d.layer_costs, d.summary.peak_flops,
+                                           d.summary.peak_bytes_per_s);
+    if (r.points.empty() || !std::isfinite(r.ridge)) continue;
+    ++charts;
+    points += r.points.size();
+    CHECK(count(roof, "Roofline: " + escape(run.name)) > 0);
+  }
+  CHECK(charts == 3);  // the 4090 D's fp16 runs: timed layers, and a peak
+  // One roof line per chart; the passes as markers only (no line), plus the
+  // roofs' three corners drawn as none.
+  CHECK(count(roof, "class=\"mark line\"") == charts);
+  CHECK(count(roof, "class=\"mark point\"") == points);
+  CHECK(points == 3 * 4);  // conv2 and bn2, forward and backward; fc has no time
 }
 
 TEST_CASE("every chart's data marks match what the store holds", "[report]") {

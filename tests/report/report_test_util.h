@@ -203,10 +203,30 @@ inline std::string add_run(xrun::store::Store& db, const Machine& machine,
   }
   db.write_phases(uuid, make_phases(step_ms, machine.profiled));
   db.write_kernels(uuid, make_kernels(step_ms));
+  if (machine.speed == 1.0 && precision == "fp16") {
+    // profile.layers on the 4090 D's fp16 runs: three layers timed in both
+    // passes (2 calls each), with their costs; the roofline chart's points.
+    const std::vector<xrun::LayerCostRecord> costs = {
+        {"layer1.0.conv2", "forward", 4e9 * batch / 64, 2e7 * batch / 64},
+        {"layer1.0.conv2", "backward_data", 4e9 * batch / 64, 2e7 * batch / 64},
+        {"layer1.0.conv2", "backward_weights", 4e9 * batch / 64, 2.5e7 * batch / 64},
+        {"layer1.0.bn2", "forward", 6e7 * batch / 64, 5e7 * batch / 64},
+        {"layer1.0.bn2", "backward", 8e7 * batch / 64, 8e7 * batch / 64},
+        {"fc", "forward", 3e6 * batch / 64, 1e6 * batch / 64}};
+    db.write_layer_costs(uuid, costs);
+    const std::vector<xrun::KernelRecord> layers = {
+        {"layer1.0.conv2", "forward", 2, step_ms / 10, 0, 0},
+        {"layer1.0.conv2", "backward", 2, step_ms / 5, 0, 0},
+        {"layer1.0.bn2", "forward", 2, step_ms / 20, 0, 0},
+        {"layer1.0.bn2", "backward", 2, step_ms / 15, 0, 0}};  // fc: costs, no time
+    db.write_kernels(uuid, layers);
+  }
   xrun::RunSummary summary = summarize(steps, epochs, batch);
   summary.flops_per_step = batch * 24.55e9;  // ResNet50 at 224x224, AdamW
-  if (machine.speed == 1.0)  // the 4090 D's peaks; the 3090's runs stored none
+  if (machine.speed == 1.0) {  // the 4090 D's peaks; the 3090's runs stored none
     summary.peak_flops = precision == "fp16" ? 147.1e12 : 73.5e12;
+    summary.peak_bytes_per_s = 1008e9;
+  }
   if (precision == "fp16") {  // a target for the fp16 runs: some reach it, some not
     summary.target_accuracy = 0.74;
     for (const auto& e : evals) {

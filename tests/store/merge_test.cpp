@@ -91,6 +91,9 @@ std::string full_run(Store& store, NewRun run, double base, const std::string& d
   store.write_epoch(uuid, {1, 1.25, std::nan(""), std::nan(""), 9.5, 0.0, 576});
   store.write_eval(uuid, {4, 0, 288, 10.0 + base, 1.0, 1.25, 0.5});
   store.write_eval(uuid, {9, 1, 576, 20.5 + base, 1.0, std::nan(""), std::nan("")});
+  const std::vector<LayerCostRecord> costs = {{"conv1", "forward", 1e9 * base, 2e7},
+                                              {"conv1", "backward_weights", 1e9, 2e7}};
+  store.write_layer_costs(uuid, costs);
   const std::vector<PhaseRecord> phases = {{"forward", 8, base, base / 2}, {"backward", 8, 2 * base, base},
                                            {"data_wait", 8, 0.5, 0}};
   store.write_phases(uuid, phases);
