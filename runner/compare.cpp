@@ -377,6 +377,14 @@ CompareCell make_cell(const std::string& value, const std::vector<const Candidat
     if (std::isnan(cell.peak_flops) && r.peak_flops > 0) cell.peak_flops = r.peak_flops;
   }
   cell.fraction_of_peak = cell.achieved_flops / cell.peak_flops;
+  // Runs of one cell share their settings, measure.target_accuracy among them.
+  double to_target = 0;
+  for (const Candidate* run : runs) {
+    const store::RunInfo& r = run->info;
+    if (std::isfinite(r.target_accuracy)) cell.target_accuracy = r.target_accuracy;
+    if (std::isfinite(r.time_to_target_s)) to_target += r.time_to_target_s, ++cell.reached_target;
+  }
+  if (cell.reached_target > 0) cell.time_to_target_s = to_target / cell.reached_target;
   return cell;
 }
 

@@ -59,6 +59,11 @@ struct CompareCell {
   double achieved_flops = std::numeric_limits<double>::quiet_NaN();
   double peak_flops = std::numeric_limits<double>::quiet_NaN();
   double fraction_of_peak = std::numeric_limits<double>::quiet_NaN();
+  // measure.target_accuracy of its runs (NaN: none) and the mean wall time to
+  // it over those that reached it (NaN: none did), how many did.
+  double target_accuracy = std::numeric_limits<double>::quiet_NaN();
+  double time_to_target_s = std::numeric_limits<double>::quiet_NaN();
+  int reached_target = 0;
 };
 
 // Runs whose settings (other than the compared key) are all equal. Every

@@ -48,6 +48,36 @@ std::string percent(double fraction) {
   return std::isfinite(fraction) ? fixed(100.0 * fraction, 0) + "%" : "-";
 }
 
+// "47.5 s", "47.5 s (2 of 3 runs)", "not reached", "-" (no target).
+std::string target_text(const CompareCell& cell) {
+  if (!std::isfinite(cell.target_accuracy)) return "-";
+  if (cell.reached_target == 0) return "not reached";
+  std::string text = fixed(cell.time_to_target_s, 1) + " s";
+  if (static_cast<size_t>(cell.reached_target) < cell.run_uuids.size())
+    text += " (" + std::to_string(cell.reached_target) + " of " +
+            std::to_string(cell.run_uuids.size()) + " runs)";
+  return text;
+}
+
+// With one group and a target accuracy: its values ranked by the time to it
+// ("by time to 88%: 128 47.5 s, 64 50.7 s, 512 not reached").
+void print_target_ranking(const Comparison& c) {
+  if (c.groups.size() != 1) return;
+  std::vector<const CompareCell*> cells;
+  for (const CompareCell& cell : c.groups.front().cells)
+    if (std::isfinite(cell.target_accuracy)) cells.push_back(&cell);
+  if (cells.empty()) return;
+  std::stable_sort(cells.begin(), cells.end(), [](const CompareCell* a, const CompareCell* b) {
+    const bool ra = a->reached_target > 0, rb = b->reached_target > 0;
+    if (ra != rb) return ra;
+    return ra && a->time_to_target_s < b->time_to_target_s;
+  });
+  std::cout << "\nby time to " << fixed(100.0 * cells.front()->target_accuracy, 0) << "% test accuracy:";
+  for (size_t i = 0; i < cells.size(); ++i)
+    std::cout << (i ? ", " : " ") << terminal_text(cells[i]->value) << " " << target_text(*cells[i]);
+  std::cout << "\n";
+}
+
 // With one group (two cards, two precisions): each value against the
 // baseline in a sentence, "RTX 4090 D: 1.41x the throughput of RTX 3090
 // [1.38, 1.44]; 41% of its peak against 38%".
@@ -79,6 +109,7 @@ std::vector<std::string> cell_row(const CompareGroup& g, const CompareCell& cell
   row.insert(row.end(), {cell.value, std::to_string(cell.run_uuids.size()),
                          std::to_string(cell.measured_steps), fixed(cell.throughput, 1),
                          flops_text(cell.achieved_flops, "FLOP/s"), percent(cell.fraction_of_peak),
+                         target_text(cell),
                          fixed(cell.ratio, 3), interval_text(cell),
                          !cell.is_baseline && cell.interval_includes_one ? kNoClearDifference : "",
                          mib(cell.peak_memory_bytes)});
@@ -89,10 +120,10 @@ TextTable comparison_cells(const Comparison& c) {
   TextTable t;
   t.header = setting_keys(c);
   t.right_aligned.assign(t.header.size(), false);
-  t.header.insert(t.header.end(), {c.by, "runs", "steps", "img/s", "achieved", "of peak", "ratio",
-                                   "95% interval", "", "peak memory"});
+  t.header.insert(t.header.end(), {c.by, "runs", "steps", "img/s", "achieved", "of peak",
+                                   "to target", "ratio", "95% interval", "", "peak memory"});
   t.right_aligned.insert(t.right_aligned.end(),
-                         {false, true, true, true, true, true, true, false, false, true});
+                         {false, true, true, true, true, true, true, true, false, false, true});
   for (const CompareGroup& g : c.groups)
     for (const CompareCell& cell : g.cells) t.rows.push_back(cell_row(g, cell));
   return t;
@@ -159,6 +190,7 @@ void print_table(const Comparison& c, const CompareOptions& o) {
             << o.bootstrap_samples << " resamples)\n\n";
   print_aligned(comparison_table(c), setting_keys(c).size());
   print_sentences(c);
+  print_target_ranking(c);
   if (any_unclear(c)) std::cout << "\n" << kLegend << "\n";
   if (c.unmatched.empty()) return;
   std::cout << "\n" << c.unmatched.size() << " complete run(s) without a match:\n";
@@ -217,7 +249,9 @@ std::vector<std::string> csv_row(size_t group_index, const CompareGroup& g,
                          std::to_string(cell.run_uuids.size()),
                          std::to_string(cell.measured_steps), csv_number(cell.throughput),
                          csv_number(cell.achieved_flops), csv_number(cell.peak_flops),
-                         csv_number(cell.fraction_of_peak), csv_number(cell.ratio), csv_number(cell.ratio_lo),
+                         csv_number(cell.fraction_of_peak), csv_number(cell.target_accuracy),
+                         csv_number(cell.time_to_target_s), std::to_string(cell.reached_target),
+                         csv_number(cell.ratio), csv_number(cell.ratio_lo),
                          csv_number(cell.ratio_hi), cell.interval_includes_one ? "true" : "false",
                          std::to_string(cell.peak_memory_bytes), joined_uuids(cell)});
   return row;
@@ -232,7 +266,8 @@ void print_csv(const Comparison& c) {
   std::vector<std::string> header = {"group", "match_key"};
   for (const std::string& key : setting_keys(c)) header.push_back(key);
   header.insert(header.end(), {c.by, "baseline", "runs", "measured_steps", "throughput",
-                               "achieved_flops", "peak_flops", "fraction_of_peak", "ratio",
+                               "achieved_flops", "peak_flops", "fraction_of_peak",
+                               "target_accuracy", "time_to_target_s", "reached_target", "ratio",
                                "ratio_lo", "ratio_hi", "interval_includes_one",
                                "peak_memory_bytes", "run_uuids"});
   print_csv_line(header);
@@ -250,6 +285,9 @@ json cell_json(const CompareCell& cell) {
           {"achieved_flops", number_or_null(cell.achieved_flops)},
           {"peak_flops", number_or_null(cell.peak_flops)},
           {"fraction_of_peak", number_or_null(cell.fraction_of_peak)},
+          {"target_accuracy", number_or_null(cell.target_accuracy)},
+          {"time_to_target_s", number_or_null(cell.time_to_target_s)},
+          {"reached_target", cell.reached_target},
           {"peak_memory_bytes", cell.peak_memory_bytes},
           {"ratio", number_or_null(cell.ratio)},
           {"ratio_lo", number_or_null(cell.ratio_lo)},

@@ -158,7 +158,7 @@ constexpr const char* kInfoColumns =
     " s.config_hash, s.experiment_hash, s.started_at, s.finished_at, s.batch_size, s.precision,"
     " s.cudnn_benchmark, s.workers, s.throughput, s.step_ms_median, s.step_ms_p10,"
     " s.step_ms_p90, s.peak_memory_bytes, s.test_accuracy, s.final_loss, s.error,"
-    " s.achieved_flops, s.peak_flops, s.fraction_of_peak";
+    " s.achieved_flops, s.peak_flops, s.fraction_of_peak, s.target_accuracy, s.time_to_target_s";
 
 RunInfo read_info(const Statement& st) {
   RunInfo r;
@@ -189,6 +189,8 @@ RunInfo read_info(const Statement& st) {
   r.achieved_flops = st.real(24);  // NaN when none
   r.peak_flops = st.real(25);
   r.fraction_of_peak = st.real(26);
+  r.target_accuracy = st.real(27);
+  r.time_to_target_s = st.real(28);
   return r;
 }
 

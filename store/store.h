@@ -101,6 +101,8 @@ struct RunInfo {
   // FLOP/s over the measured steps, the device's peak for the run's precision
   // and their ratio; NaN where not known (schema 9's run_summary columns).
   double achieved_flops = 0, peak_flops = 0, fraction_of_peak = 0;
+  // measure.target_accuracy and the wall time to it (NaN: none, not reached).
+  double target_accuracy = 0, time_to_target_s = 0;
 };
 
 // Everything `xrun show` prints about one run.

@@ -280,3 +280,26 @@ TEST_CASE("xrun compare --by device: the cards' FLOP/s, % of their peaks, and th
   CHECK(cells[1].at("fraction_of_peak").get<double>() ==
         Approx(flops_per_step / compare_test::kImages * expected_throughput(t4090) / 147.1e12));
 }
+
+TEST_CASE("xrun compare: time to the target accuracy per value, and the values ranked by it",
+          "[cli][compare][target]") {
+  CliFixture f;
+  std::vector<std::string> uuids;
+  {
+    xrun::store::Store store(f.db());
+    for (const char* label : {"a", "b", "c"})
+      for (int i = 0; i < 2; ++i) uuids.push_back(add_run(store, labelled(label, 64), step_times(100, 0.1, 20, i)));
+  }
+  // a: 50 and 60 s; b: 40 s and not reached; c: neither reached.
+  const char* times[] = {"50", "60", "40", "NULL", "NULL", "NULL"};
+  for (size_t i = 0; i < uuids.size(); ++i)
+    store_test::sql_exec(f.db(), std::string("UPDATE runs SET target_accuracy = 0.88, time_to_target_s = ") +
+                                     times[i] + " WHERE uuid = '" + uuids[i] + "'");
+  const auto r = xrun_test::run_command(shell_quote(xrun_test::xrun_binary()) + " compare --db " +
+                                        shell_quote(f.db()) + " --by label");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Contains("to target") && Contains("55.0 s") &&
+                           Contains("40.0 s (1 of 2 runs)") && Contains("not reached"));
+  CHECK_THAT(r.output, Contains("by time to 88% test accuracy: b 40.0 s (1 of 2 runs), a 55.0 s, c not reached"));
+}

@@ -334,6 +334,48 @@ TEST_CASE("by device, each card's FLOP/s and its share of its own peak", "[compa
   }
 }
 
+TEST_CASE("each cell's time to the target accuracy: the mean over its runs that reached it",
+          "[compare][target]") {
+  store_test::TempDir dir;
+  const std::string path = dir.file("r.db");
+  std::vector<std::string> a, b;
+  {
+    Store db(path);
+    NewRun ampere = labelled("lab"), ada = labelled("lab");
+    ampere.environment.fields["device_name"] = "RTX 3090";
+    ada.environment.fields["device_name"] = "RTX 4090 D";
+    for (int i = 0; i < 2; ++i) {
+      a.push_back(add_run(db, ampere, step_times(140, 0.05, 30, i)));
+      b.push_back(add_run(db, ada, step_times(100, 0.05, 30, i)));
+    }
+  }
+  // As runs with measure.target_accuracy = 0.88 store it: the 3090's both
+  // reached it (50 and 60 s), one 4090 D run did (40 s), the other not.
+  const auto set = [&](const std::string& uuid, const std::string& seconds) {
+    store_test::sql_exec(path, "UPDATE runs SET target_accuracy = 0.88, time_to_target_s = " +
+                                   seconds + " WHERE uuid = '" + uuid + "'");
+  };
+  set(a[0], "50");
+  set(a[1], "60");
+  set(b[0], "40");
+  set(b[1], "NULL");
+  Store db(path);
+  const Comparison c = compare_runs(db, by("device"));
+  REQUIRE(c.groups.size() == 1);
+  const CompareCell& x = cell(c, 0, "RTX 3090");
+  const CompareCell& y = cell(c, 0, "RTX 4090 D");
+  CHECK(x.target_accuracy == 0.88);
+  CHECK(x.time_to_target_s == 55);
+  CHECK(x.reached_target == 2);
+  CHECK(y.time_to_target_s == 40);
+  CHECK(y.reached_target == 1);
+  // No target stored: NaN, nothing reached.
+  store_test::sql_exec(path, "UPDATE runs SET target_accuracy = NULL, time_to_target_s = NULL");
+  const Comparison none = compare_runs(db, by("device"));
+  CHECK(std::isnan(cell(none, 0, "RTX 3090").target_accuracy));
+  CHECK(cell(none, 0, "RTX 3090").reached_target == 0);
+}
+
 // A CPU run on AVX2 kernels (ONEDNN_MAX_CPU_ISA=AVX2) and one on AMX kernels of
 // the same CPU: by isa they compare; by a setting they are never pooled.
 TEST_CASE("CPU runs compare by oneDNN ISA, and only runs of one ISA pool", "[compare]") {
