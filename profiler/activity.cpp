@@ -100,16 +100,50 @@ int64_t relative(uint64_t t, uint64_t origin) {
 
 }  // namespace
 
+const Attribution& ActivityLog::path_attribution(uint64_t path_id) {
+  auto known = attributions_.find(path_id);  // a path's attribution never changes
+  if (known == attributions_.end())
+    known = attributions_.emplace(path_id, attribute(paths_->path(path_id))).first;
+  return known->second;
+}
+
 Attribution ActivityLog::attribution_of(uint32_t correlation) {
   auto it = external_.find(correlation);
   if (it == external_.end() || paths_ == nullptr) {
     ++unattributed_;
     return {};
   }
-  auto known = attributions_.find(it->second);  // a path's attribution never changes
-  if (known == attributions_.end())
-    known = attributions_.emplace(it->second, attribute(paths_->path(it->second))).first;
-  return known->second;
+  return path_attribution(it->second);
+}
+
+void ActivityLog::enter_range(uint64_t path_id) {
+  if (paths_ == nullptr) return;
+  const Attribution& a = path_attribution(path_id);
+  if (!a.layer.empty()) ++layer_entries_[{a.phase, a.layer}];
+}
+
+// One traced step's kernel time per layer into the totals: the step's time
+// per call is its kernel time over the times the range was entered. Kernels
+// of a range whose entry was not seen add time and no call.
+void ActivityLog::close_layers(const std::map<LayerKey, double>& step_ms) {
+  for (const auto& [key, ms] : step_ms) {
+    KernelTotals& t = layer_totals_[key];
+    t.total_ms += ms;
+    auto entries = layer_entries_.find(key);
+    if (entries == layer_entries_.end() || entries->second <= 0) continue;
+    const double per_call = ms / static_cast<double>(entries->second);
+    t.min_ms = t.calls == 0 ? per_call : std::min(t.min_ms, per_call);
+    t.max_ms = t.calls == 0 ? per_call : std::max(t.max_ms, per_call);
+    t.calls += entries->second;
+  }
+  layer_entries_.clear();
+}
+
+std::vector<KernelRecord> ActivityLog::layers() const {
+  std::vector<KernelRecord> out;
+  for (const auto& [key, t] : layer_totals_)
+    out.push_back({key.second, key.first, t.calls, t.total_ms, t.min_ms, t.max_ms});
+  return out;
 }
 
 void ActivityLog::close_step(uint64_t begin_ns, uint64_t end_ns, bool keep_trace,
@@ -117,6 +151,7 @@ void ActivityLog::close_step(uint64_t begin_ns, uint64_t end_ns, bool keep_trace
   StepActivity step;
   step.step_ms = ms_between(begin_ns, end_ns);
   std::vector<std::pair<uint64_t, uint64_t>> busy;
+  std::map<LayerKey, double> step_layer_ms;
   for (const KernelActivity& k : kernels_) {
     const Attribution a = attribution_of(k.correlation);
     auto dm = demangled_.find(k.name);
@@ -128,7 +163,7 @@ void ActivityLog::close_step(uint64_t begin_ns, uint64_t end_ns, bool keep_trace
     t.total_ms += ms;
     ++t.calls;
     phase_gpu_ms_[a.phase] += ms;
-    if (!a.layer.empty()) layer_gpu_ms_[a.layer] += ms;
+    if (!a.layer.empty()) step_layer_ms[{a.phase, a.layer}] += ms;
     busy.emplace_back(k.start_ns, k.end_ns);
   }
   for (const CopyActivity& c : copies_) {
@@ -143,6 +178,7 @@ void ActivityLog::close_step(uint64_t begin_ns, uint64_t end_ns, bool keep_trace
     if (c.direction == CopyDirection::d2h) ++step.d2h_copies;
     busy.emplace_back(c.start_ns, c.end_ns);
   }
+  close_layers(step_layer_ms);
   step.gpu_busy_ms = static_cast<double>(union_length(std::move(busy), begin_ns, end_ns)) / 1e6;
   steps_.push_back(step);
   if (keep_trace) trace_step(trace_origin_ns, host_thread);

@@ -104,6 +104,9 @@ class ActivityLog {
   void add(CopyActivity c) { copies_.push_back(c); }
   void add(ApiActivity a) { apis_.push_back(std::move(a)); }
   void add(const ExternalCorrelation& e) { external_[e.correlation] = e.external_id; }
+  // A range entered inside a traced step (GpuActivity, from the NVTX
+  // listener): a layer's range counts one call of that layer in its phase.
+  void enter_range(uint64_t path_id);
 
   // Folds the records added since the last call (one traced step, flushed
   // after the step's synchronisation) into the totals. [begin_ns, end_ns] is
@@ -121,8 +124,13 @@ class ActivityLog {
   std::vector<MemcpyRecord> copies() const;
   // Kernel and copy time per phase (their sum: overlapping work counts twice).
   std::map<std::string, double> phase_gpu_ms() const { return phase_gpu_ms_; }
-  // Per layer (innermost range under a phase), kernel time.
-  std::map<std::string, double> layer_gpu_ms() const { return layer_gpu_ms_; }
+  // Per (layer, phase), the kernel time launched inside the layer's range
+  // (the innermost range under a phase) over the traced steps, as
+  // profile.layers' rows: name = the layer, calls = the times its range was
+  // entered (one a micro-batch; kernels of an entry not seen add time, no
+  // call), min/max = a traced step's time per call.
+  // Ordered by phase then layer.
+  std::vector<KernelRecord> layers() const;
   std::vector<TraceEvent> take_trace() { return std::move(trace_); }
   // Records of a kernel or copy whose launch had no external id.
   int64_t unattributed() const { return unattributed_; }
@@ -143,7 +151,12 @@ class ActivityLog {
   };
   std::map<std::pair<std::string, std::string>, KernelTotals> kernel_totals_;  // (name, phase)
   std::map<std::pair<int, int>, MemcpyRecord> copy_totals_;  // (direction, memory)
-  std::map<std::string, double> phase_gpu_ms_, layer_gpu_ms_;
+  std::map<std::string, double> phase_gpu_ms_;
+  using LayerKey = std::pair<std::string, std::string>;  // (phase, layer)
+  std::map<LayerKey, KernelTotals> layer_totals_;
+  std::map<LayerKey, int64_t> layer_entries_;  // in the step not yet closed
+  void close_layers(const std::map<LayerKey, double>& step_ms);
+  const Attribution& path_attribution(uint64_t path_id);
   std::unordered_map<std::string, std::string> demangled_;
   std::unordered_map<uint64_t, Attribution> attributions_;  // by range path id
   std::vector<StepActivity> steps_;

@@ -29,7 +29,11 @@ GpuActivity::GpuActivity(std::unique_ptr<ActivityCapture> capture, int64_t trace
 
 GpuActivity::~GpuActivity() { Nvtx::set_listener(nullptr); }
 
-void GpuActivity::on_push(const std::string& name) { capture_->push_range(paths_.push(name)); }
+void GpuActivity::on_push(const std::string& name) {
+  const uint64_t id = paths_.push(name);
+  capture_->push_range(id);
+  if (traced_) log_.enter_range(id);  // a layer's calls, for its time per call
+}
 
 void GpuActivity::on_pop() {
   paths_.pop();
@@ -46,6 +50,7 @@ void GpuActivity::begin_step(int64_t index) {
 void GpuActivity::end_step(double step_ms) {
   (traced_ ? traced_ms_ : untraced_ms_).push_back(step_ms);
   if (!traced_) return;
+  traced_ = false;  // ranges between steps (eval) count no layer calls
   const uint64_t step_end = capture_->now_ns();
   capture_->set_tracing(false);
   capture_->flush(log_);

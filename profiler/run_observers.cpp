@@ -121,6 +121,10 @@ void CuptiActivity::on_run_end(TrainResult& result) {
                               " CUPTI record(s) dropped: kernel and copy totals are incomplete",
          static_cast<double>(gpu_->dropped_records())});
   for (const auto& [phase, ms] : log.phase_gpu_ms()) phase_record(result.phases, phase).gpu_ms = ms;
+  // profile.layers on a GPU: each layer's kernel time (the host's time per
+  // layer would be its launches only).
+  if (std::vector<KernelRecord> layers = log.layers(); !layers.empty())
+    result.layers = std::move(layers);
   std::vector<TraceEvent> gpu_events = gpu_->take_trace();
   if (!gpu_events.empty()) {
     result.trace.insert(result.trace.end(), gpu_events.begin(), gpu_events.end());

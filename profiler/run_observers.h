@@ -4,13 +4,14 @@
 //   TraceWindow    profile.cupti = "trace": the ranges of the first
 //                  trace_steps measured steps, as TraceEvents
 //   CuptiActivity  profile.cupti on a GPU: kernels, copies, GPU time per
-//                  phase, the tracing overhead, the GPU findings
+//                  phase (and per layer with profile.layers), the tracing
+//                  overhead, the GPU findings
 //   Ranges         the run, epoch, step, phase and layer ranges: NVTX (for
 //                  Nsight Systems, profile.nvtx), the trace window and
 //                  CUPTI's correlation ids all follow them
 //   PhaseTimes     host time per phase over the measured steps (eval and
 //                  checkpoint always)
-//   LayerTimes     profile.layers: host time per layer and pass
+//   LayerTimes     profile.layers on the CPU: host time per layer and pass
 //   Findings       the troubleshooting checks on the finished run
 #pragma once
 

@@ -166,7 +166,7 @@ std::vector<KeySpec> build_keys() {
   k.push_back(K("profile.nvtx", T::boolean, "NVTX ranges (run, epoch, step, phases).").def(true));
   k.push_back(K("profile.cupti", T::choice, "CUPTI activity: none, per-kernel summary, or raw trace.")
                   .one_of({"off", "summary", "trace"}).def("off"));
-  k.push_back(K("profile.layers", T::boolean, "Time every layer in both passes (stored as kernel rows; NVTX range per layer on the GPU).").def(false));
+  k.push_back(K("profile.layers", T::boolean, "Time every layer in both passes (stored as kernel rows): host time on the CPU, its kernels' time from CUPTI on a GPU (needs profile.cupti); an NVTX range per layer.").def(false));
   k.push_back(K("profile.trace_steps", T::integer, "cupti = \"trace\": steps whose raw records are kept.")
                   .def(5).at_least(1));
   // --- [sweep] ---

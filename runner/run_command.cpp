@@ -204,14 +204,21 @@ void add_profiler_observers(RunObservers& obs, const RunConfig& cfg, ProgressDis
     if (cupti)
       obs.add(std::move(cupti));
     else
-      display.message("CUPTI tracing off: " + why_not + "; NVTX ranges and host timers go on");
+      display.message("CUPTI tracing off: " + why_not + "; NVTX ranges and host timers go on" +
+                      (cfg.profile.layers ? " (no per-layer times: on a GPU they come from CUPTI)"
+                                          : ""));
   } else if (cfg.profile.cupti == CuptiMode::summary) {
     display.message("profile.cupti = \"summary\" records GPU activity; this " +
                     cfg.train.device.name() + " run has its host phase timers");
+  } else if (cfg.profile.layers && cfg.train.device.is_gpu()) {
+    display.message("profile.layers on a GPU times each layer's kernels through CUPTI, which "
+                    "profile.cupti = \"off\" leaves off: the layers get NVTX ranges only");
   }
   obs.add(std::make_unique<profiler::Ranges>(cfg.profile.nvtx));
   obs.add(std::make_unique<profiler::PhaseTimes>());
-  if (cfg.profile.layers) obs.add(std::make_unique<profiler::LayerTimes>());
+  // On a GPU the host sees a layer's launches, not its work: CUPTI times it.
+  if (cfg.profile.layers && !cfg.train.device.is_gpu())
+    obs.add(std::make_unique<profiler::LayerTimes>());
   obs.add(std::make_unique<profiler::Findings>(cfg));
 }
 

@@ -594,7 +594,8 @@ std::string kernels(const ReportData& data) {
   std::string body =
       figures.empty()
           ? "<p class=\"empty\">No kernel or layer times in these runs "
-            "(profile.layers = true times CPU layers; profile.cupti records GPU kernels).</p>"
+            "(profile.layers = true times each layer: on a GPU with profile.cupti, which also "
+            "records the kernels).</p>"
           : kernel_legend(data, keys) + grid(figures, "grid two");
   if (!figures.empty() && !without.empty())
     body += note("No kernel or layer times: " + run_ids(without) + ".");

@@ -19,7 +19,8 @@
 #               convolution algorithms each run chose
 #   5. cupti    one of those runs again (fp16, benchmark on) with
 #               profile.cupti = "trace", pinned overlapped input and device
-#               augmentation: kernels, copies, CUPTI overhead, the GPU trace
+#               augmentation and profile.layers: kernels, copies, CUPTI
+#               overhead, each layer's kernel time on the roofline, the GPU trace
 #   6. headline ResNet50 at 224x224, batch 256, bf16 and fp16: xrun, then
 #               PyTorch eager (channels_last, autocast, the machine's own
 #               torch) on the same card, 5 warmup + 15 measured steps each:
@@ -321,7 +322,8 @@ fi
 if wanted cupti; then
 run_stage cupti 60 "$xrun" run experiments/gpu-smoke.toml --db "$out/cupti.db" --force --only 5 \
   "${steps[@]}" --set profile.cupti='"trace"' --set profile.trace_steps=3 \
-  --set data.pin_memory=true --set data.augment='["random_crop", "hflip"]'
+  --set data.pin_memory=true --set data.augment='["random_crop", "hflip"]' \
+  --set profile.layers=true
 cupti_rc=$stage_rc
 {
   "$xrun" show 1 --db "$out/cupti.db" | sed -n '/^phases/,/^environment/p' | head -80
@@ -336,8 +338,10 @@ import json, os, sys
 d = json.load(open(sys.argv[1]))
 overhead = d.get("cupti_overhead")
 trace = os.path.getsize(sys.argv[2]) / 2**20 if os.path.exists(sys.argv[2]) else None
+points = d.get("roofline", {}).get("points", [])
 print(f'{d.get("status")}; {d.get("cupti_steps")} traced steps, '
       f'overhead {"-" if overhead is None else f"{100 * overhead:.1f}%"}, {sys.argv[3]} kernel rows, '
+      f'{len(points)} layer passes on the roofline, '
       f'trace {"none" if trace is None else f"{trace:.1f} MiB"}')
 PY
 )

@@ -93,6 +93,8 @@ TEST_CASE("activity: one step's records become kernel, copy, phase and step figu
           "[profiler][activity]") {
   StepRanges r;
   ActivityLog log(&r.paths);
+  log.enter_range(r.forward_conv);
+  log.enter_range(r.backward);  // no layer: counts nothing
   // Correlation ids 1..7; the external ids say which range launched each.
   log.add(ExternalCorrelation{1, r.forward_conv});
   log.add(ExternalCorrelation{2, r.forward_conv});
@@ -137,7 +139,12 @@ TEST_CASE("activity: one step's records become kernel, copy, phase and step figu
   CHECK(phase_ms.at("forward") == Approx(0.4));
   CHECK(phase_ms.at("backward") == Approx(0.1));
   CHECK(phase_ms.at("optimizer") == Approx(0.15));  // the two copies launched there
-  CHECK(log.layer_gpu_ms().at("layer1.0.conv1") == Approx(0.4));
+  // The layer's range was entered once: one call of 0.4 ms.
+  REQUIRE(log.layers().size() == 1);
+  CHECK(log.layers()[0].name == "layer1.0.conv1");
+  CHECK(log.layers()[0].phase == "forward");
+  CHECK(log.layers()[0].calls == 1);
+  CHECK(log.layers()[0].total_ms == Approx(0.4));
 
   REQUIRE(log.steps() == 1);
   const StepActivity& s = log.step_activity()[0];
@@ -147,6 +154,7 @@ TEST_CASE("activity: one step's records become kernel, copy, phase and step figu
   CHECK(s.gpu_busy_ms == Approx(0.6 + 0.05 + 0.05));
 
   // A second step adds to the totals; records do not leak between steps.
+  log.enter_range(r.forward_conv);
   log.add(ExternalCorrelation{11, r.forward_conv});
   log.add(KernelActivity{"_Z4convPf", 3'000'000, 3'500'000, 7, 11});
   log.close_step(3'000'000, 4'000'000);
@@ -157,6 +165,47 @@ TEST_CASE("activity: one step's records become kernel, copy, phase and step figu
   CHECK(conv2->max_ms == Approx(0.5));
   CHECK(log.step_activity()[1].d2h_copies == 0);
   CHECK(log.step_activity()[1].gpu_busy_ms == Approx(0.5));
+}
+
+TEST_CASE("activity: a layer's GPU time per call counts the times its range was entered",
+          "[profiler][activity]") {
+  // train.accumulate = 2: the layer's range is entered twice in a step, and
+  // both micro-batches' kernels carry the same range path.
+  StepRanges r;
+  ActivityLog log(&r.paths);
+  log.enter_range(r.forward_conv);
+  log.enter_range(r.forward_conv);
+  log.add(ExternalCorrelation{1, r.forward_conv});
+  log.add(ExternalCorrelation{2, r.forward_conv});
+  log.add(KernelActivity{"conv", 1'000'000, 1'150'000, 7, 1});  // 0.15 ms
+  log.add(KernelActivity{"conv", 1'200'000, 1'450'000, 7, 2});  // 0.25 ms
+  log.close_step(1'000'000, 2'000'000);
+  std::vector<KernelRecord> layers = log.layers();
+  REQUIRE(layers.size() == 1);
+  CHECK(layers[0].calls == 2);
+  CHECK(layers[0].total_ms == Approx(0.4));
+  CHECK(layers[0].min_ms == Approx(0.2));  // the step's time per call
+  CHECK(layers[0].max_ms == Approx(0.2));
+
+  // The next step enters it once, at 0.5 ms; entries do not carry over.
+  log.enter_range(r.forward_conv);
+  log.add(ExternalCorrelation{3, r.forward_conv});
+  log.add(KernelActivity{"conv", 3'000'000, 3'500'000, 7, 3});
+  log.close_step(3'000'000, 4'000'000);
+  layers = log.layers();
+  REQUIRE(layers.size() == 1);
+  CHECK(layers[0].calls == 3);
+  CHECK(layers[0].total_ms == Approx(0.9));
+  CHECK(layers[0].min_ms == Approx(0.2));
+  CHECK(layers[0].max_ms == Approx(0.5));
+
+  // Kernels of a layer whose entry was not seen add time, not calls.
+  log.add(ExternalCorrelation{4, r.forward_conv});
+  log.add(KernelActivity{"conv", 5'000'000, 5'100'000, 7, 4});
+  log.close_step(5'000'000, 6'000'000);
+  CHECK(log.layers()[0].calls == 3);
+  CHECK(log.layers()[0].total_ms == Approx(1.0));
+  CHECK(log.layers()[0].max_ms == Approx(0.5));
 }
 
 TEST_CASE("activity: a traced step becomes stream tracks, API calls and flow ids",

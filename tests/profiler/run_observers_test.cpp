@@ -6,6 +6,7 @@
 // landing in the run's phases whichever observer ends first.
 #include "catch2_compat.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "fake_steps.h"
@@ -94,6 +95,30 @@ TEST_CASE("observers: layer times per layer and pass over the measured steps",
     CHECK(k.calls == 3);
     CHECK((k.phase == "forward" || k.phase == "backward"));
   }
+}
+
+TEST_CASE("observers: on a GPU each layer's time is its kernels' time from CUPTI",
+          "[profiler][observers][cupti]") {
+  CuptiActivity cupti(GpuActivity::over(std::make_unique<FakeCapture>(), 0), 10);
+  Ranges ranges(false);  // the layer ranges CUPTI's correlation ids follow
+  RunObservers obs;
+  obs.add(cupti).add(ranges);
+  const TrainResult r = run(obs, loop_plan(4, 4));
+  REQUIRE(r.summary.cupti_steps == 2);  // measured steps 0 and 2
+  // Each layer range launched one 2 ms kernel in each traced step.
+  REQUIRE(r.layers.size() == 4);
+  for (const std::string phase : {"backward", "forward"})
+    for (const std::string layer : {"conv1", "fc"}) {
+      INFO(phase << " " << layer);
+      const auto it = std::find_if(r.layers.begin(), r.layers.end(), [&](const KernelRecord& k) {
+        return k.name == layer && k.phase == phase;
+      });
+      REQUIRE(it != r.layers.end());
+      CHECK(it->calls == 2);
+      CHECK(it->total_ms == Approx(4.0));
+      CHECK(it->min_ms == Approx(2.0));
+      CHECK(it->max_ms == Approx(2.0));
+    }
 }
 
 TEST_CASE("observers: the trace window keeps the ranges of the first measured steps",
