@@ -155,6 +155,7 @@ struct TrainConfig {
   bool resume = false;         // continue from `checkpoint` if it exists
   int64_t eval_every = 0;      // also evaluate every this many steps; 0 = epoch ends only
   int log_every = 10;          // steps between loss read-backs / progress lines
+  int ranks = 1;               // processes training the run together (data parallel)
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
 };
@@ -172,6 +173,13 @@ struct ProfileConfig {
   int64_t trace_steps = 5;    // cupti = trace: raw records of this many steps
 };
 
+// [distributed]: how the ranks of a run with train.ranks > 1 talk.
+struct DistributedConfig {
+  std::string backend = "auto";  // auto | gloo | nccl
+  int timeout_s = 120;           // a rank's wait for the others
+  double bucket_mb = 25;         // gradients reduced in buckets during backward; 0 = after it
+};
+
 struct RunConfig {
   std::string name;
   ModelConfig model;
@@ -179,6 +187,7 @@ struct RunConfig {
   TrainConfig train;
   MeasureConfig measure;
   ProfileConfig profile;
+  DistributedConfig distributed;
 };
 
 }  // namespace xrun

@@ -4,6 +4,8 @@
 //   sync:  the wait for the GPU at a step's end, where the next batch's copy
 //          is issued before it (CUDA, overlapped input); elsewhere that wait
 //          ends the optimizer (or graph) phase.
+//   allreduce: data-parallel ranks (train.ranks > 1) summing their
+//          gradients; the part of it not hidden behind the backward pass.
 //   eval, checkpoint: at epoch ends, outside the steps.
 #pragma once
 
@@ -12,7 +14,7 @@
 namespace xrun {
 
 enum class Phase {
-  data_wait, h2d, forward, backward, optimizer, sync, graph, eval, checkpoint, count
+  data_wait, h2d, forward, backward, allreduce, optimizer, sync, graph, eval, checkpoint, count
 };
 
 inline const char* phase_name(Phase p) {
@@ -21,6 +23,7 @@ inline const char* phase_name(Phase p) {
     case Phase::h2d: return "h2d";
     case Phase::forward: return "forward";
     case Phase::backward: return "backward";
+    case Phase::allreduce: return "allreduce";
     case Phase::optimizer: return "optimizer";
     case Phase::sync: return "sync";
     case Phase::graph: return "graph";

@@ -154,7 +154,9 @@ struct RunSummary {
   double final_loss = 0;
   double test_accuracy = 0;     // last evaluation, NaN when none
   double test_loss = 0;
-  int batch_size = 0;           // as run (resolves "auto")
+  int batch_size = 0;           // as run (resolves "auto"), per rank and micro-batch
+  int ranks = 1;                // processes that trained the run (train.ranks)
+  int64_t global_batch = 0;     // images per optimizer step: batch x accumulate x ranks
   // The peak learning rate the run trained with: train.optimizer.lr scaled
   // to batch x accumulate by train.optimizer.lr_scaling (NaN: not stored).
   double lr = std::numeric_limits<double>::quiet_NaN();
@@ -225,6 +227,22 @@ struct RunShape {
 
 // Everything a finished run produced. The engine fills the summary, memory
 // and convolution choices; the observers add the rest (core/run_observer.h).
+// One rank of a run trained by several (train.ranks > 1), over the
+// measured steps: where it ran, its median step, its median wait for data,
+// the all-reduce time per step it could not hide behind the backward pass,
+// what it reduced per step and the bus bandwidth that gives (as nccl-tests
+// define it: bytes x 2 (n - 1) / n over the time).
+struct RankRecord {
+  int rank = 0;
+  std::string host;
+  std::string device;          // "cpu (cores 0-7)", "cuda:0 (NVIDIA ...)"
+  double step_ms_median = 0;
+  double data_wait_ms = 0;     // median per step
+  double allreduce_ms = 0;     // mean exposed all-reduce time per step
+  double bytes_reduced = 0;    // per step
+  double bus_bytes_per_s = 0;  // NaN when not measured
+};
+
 struct TrainResult {
   RunSummary summary;
   std::vector<PhaseRecord> phases;   // host timers; gpu_ms from CUPTI where traced
@@ -238,6 +256,7 @@ struct TrainResult {
   std::vector<MemcpyRecord> copies;
   std::vector<FindingRecord> findings;  // the troubleshooting checks that fired
   std::vector<LayerCostRecord> layer_costs;  // per layer and pass, forward order
+  std::vector<RankRecord> ranks;  // train.ranks > 1: every rank, in rank order
   Environment environment;
 };
 

@@ -170,6 +170,10 @@ class OptimizerOp {
   virtual void accumulate_begin() = 0;  // acc = grad
   virtual void accumulate_add() = 0;    // acc += grad
   virtual void accumulate_end() = 0;    // the next step() reads acc (CPU: grad = acc)
+  // The flat gradients the next step() reads (after accumulate_end with
+  // accumulation), in host memory: what data-parallel ranks sum before the
+  // update. Empty where they live on a device (the CUDA engine: NCCL's part).
+  virtual std::span<float> host_gradients() { return {}; }
   // Optimizer state for checkpoints, canonical per parameter.
   virtual std::vector<std::string> state_names() const = 0;  // "exp_avg", "exp_avg_sq" / "momentum_buffer"
   // The state `which` (index into state_names) of one parameter, canonical layout.

@@ -17,13 +17,33 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
       steps_per_epoch_(steps_per_epoch),
       total_steps_(total_steps),
       accumulate_(cfg.train.accumulate),
-      peak_lr_(scaled_lr(cfg.train.optimizer, int64_t{batch} * cfg.train.accumulate)),
+      ranks_(parts.comm.size()),
+      peak_lr_(scaled_lr(cfg.train.optimizer,
+                         int64_t{batch} * cfg.train.accumulate * parts.comm.size())),
       scaler_(cfg.train.precision == Precision::fp16),
       device_(parts.backend.device()),
       overlap_(device_ && cfg.data.pin_memory && cfg.train.accumulate == 1 &&
                cfg.data.prefetch >= 2),
       per_layer_(cfg.train.per_layer_update && parts.optimizer.per_layer() &&
-                 cfg.train.accumulate == 1 && !scaler_.enabled() && !cfg.train.cuda_graphs) {
+                 cfg.train.accumulate == 1 && !scaler_.enabled() && !cfg.train.cuda_graphs &&
+                 parts.comm.size() == 1) {
+  if (ranks_ > 1 && accumulate_ == 1 && cfg.distributed.bucket_mb > 0) {
+    const std::span<float> grads = parts.optimizer.host_gradients();
+    std::vector<size_t> starts;
+    for (const StateEntry& e : parts.model.state())
+      if (e.kind == StateEntry::Kind::parameter && e.grad) {
+        const size_t start = e.grad->offset / sizeof(float);
+        grad_start_[e.tensor] = start;
+        starts.push_back(start);
+      }
+    if (!grads.empty() && !starts.empty())
+      buckets_ = std::make_unique<dist::GradientBuckets>(
+          parts.comm, grads, std::move(starts),
+          static_cast<size_t>(cfg.distributed.bucket_mb * 1024 * 1024));
+  }
+  if (ranks_ > 1 && cfg.train.cuda_graphs)
+    throw TrainError("train.cuda_graphs records the whole step, which leaves no place for the "
+                     "ranks to sum their gradients: not with train.ranks > 1");
   if (cfg.train.cuda_graphs && !device_)
     throw TrainError("train.cuda_graphs: " + parts.backend.name() + " does not record CUDA graphs");
   if (cfg.train.schedule.name == "cosine" && cfg.train.schedule.min_lr > peak_lr_)
@@ -31,6 +51,7 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
                      " is above the learning rate " + std::to_string(peak_lr_) + " that " +
                      cfg.train.optimizer.lr_scaling + " scaling gives batch " +
                      std::to_string(batch) + " x accumulate " + std::to_string(accumulate_) +
+                     (ranks_ > 1 ? " x ranks " + std::to_string(ranks_) : std::string()) +
                      " (train.optimizer.lr at reference_batch " +
                      std::to_string(cfg.train.optimizer.reference_batch) + ")");
 }
@@ -77,6 +98,35 @@ void StepRunner::finish(StepRecord& rec) {
   p_.backend.synchronize();
 }
 
+// Several ranks: the gradients the update reads (the accumulated ones, with
+// accumulation) summed across the ranks; each rank scaled its own by
+// 1 / ranks, so the sum is their mean.
+void StepRunner::reduce_gradients(RunObserver& obs, bool measured) {
+  PhaseScope phase(obs, Phase::allreduce);
+  if (buckets_) {  // most of it went out during the backward pass
+    const double waited = buckets_->finish();
+    reduced_bytes = static_cast<double>(p_.optimizer.host_gradients().size_bytes());
+    if (measured) {
+      allreduce_ms_measured += waited;
+      ++allreduce_measured;
+    }
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  if (accumulate_ > 1) p_.optimizer.accumulate_end();
+  const std::span<float> grads = p_.optimizer.host_gradients();
+  if (grads.empty())
+    throw TrainError(p_.backend.name() + " keeps its gradients where " + p_.comm.backend() +
+                     " cannot sum them: not with train.ranks > 1");
+  p_.comm.all_reduce_sum(grads.data(), grads.size());
+  reduced_bytes = static_cast<double>(grads.size_bytes());
+  if (measured) {
+    allreduce_ms_measured +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ++allreduce_measured;
+  }
+}
+
 // train.cuda_graphs after warmup: forward, loss, backward and optimizer are
 // recorded once and replayed; the per-step values (loss scale, learning
 // rate, step count) live on the device.
@@ -121,7 +171,8 @@ StepRecord StepRunner::step(const StepStart& at, RunObserver& obs) {
     else
       p_.loader.release(b);
     rec.images += count;
-    p_.loss.set_grad_scale(static_cast<float>(scaler_.scale()) / static_cast<float>(accumulate_));
+    p_.loss.set_grad_scale(static_cast<float>(scaler_.scale()) /
+                           static_cast<float>(accumulate_ * ranks_));
     if (use_graph) break;  // accumulate is 1 with graphs (checked when the run is built)
     {
       PhaseScope phase(obs, Phase::forward);
@@ -132,6 +183,10 @@ StepRecord StepRunner::step(const StepStart& at, RunObserver& obs) {
     if (per_layer_) {
       p_.optimizer.set_step(os);
       p_.model.backward([this](std::span<Tensor* const> params) { p_.optimizer.apply_to(params); });
+    } else if (buckets_) {
+      p_.model.backward([this](std::span<Tensor* const> params) {
+        for (const Tensor* t : params) buckets_->ready(grad_start_.at(t));
+      });
     } else {
       p_.model.backward();
     }
@@ -145,8 +200,9 @@ StepRecord StepRunner::step(const StepStart& at, RunObserver& obs) {
   } else if (per_layer_) {
     if (!overlap_) finish(rec);  // the update was done in the backward pass
   } else {
+    if (ranks_ > 1) reduce_gradients(obs, at.kind == StepKind::measured);  // ends accumulation too
     PhaseScope phase(obs, Phase::optimizer);
-    if (accumulate_ > 1) p_.optimizer.accumulate_end();
+    if (accumulate_ > 1 && ranks_ == 1) p_.optimizer.accumulate_end();
     p_.optimizer.step(os);
     if (!overlap_) finish(rec);
   }
@@ -165,6 +221,7 @@ StepRecord StepRunner::step(const StepStart& at, RunObserver& obs) {
     }
     p_.loader.release(in_use);
   }
+  rec.images *= ranks_;  // every rank trains as many (the loader's slices are equal)
   rec.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return rec;
 }

@@ -6,16 +6,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <memory>
 #include <optional>
 
+#include "core/stats.h"
 #include "engine/backend.h"
 #include "engine/capture_window.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
+#include "engine/distributed/rank_stats.h"
 #include "engine/model/resnet.h"
 #include "engine/model/step_bytes.h"
 #include "engine/model/step_flops.h"
@@ -27,9 +30,18 @@ namespace xrun {
 namespace {
 
 data::LoaderOptions loader_options(const RunConfig& cfg, int batch, bool training,
-                                   Backend& backend, RunObserver& obs) {
+                                   Backend& backend, RunObserver& obs,
+                                   const dist::Communicator& comm) {
   data::LoaderOptions o;
   o.batch_size = batch;
+  o.rank = comm.rank();  // each rank its slice of every global batch
+  o.ranks = comm.size();
+  // Test hook (tests/cli/ranks_test.cpp): every rank reads what one process
+  // alone would, so N ranks must give that process's weights bit for bit.
+  if (const char* same = std::getenv("XRUN_TEST_RANKS_SAME_DATA"); same && *same == '1') {
+    o.rank = 0;
+    o.ranks = 1;
+  }
   o.shuffle = training && cfg.data.shuffle;
   o.drop_last = training;
   o.random_crop = training && cfg.data.random_crop;
@@ -53,9 +65,21 @@ data::LoaderOptions loader_options(const RunConfig& cfg, int batch, bool trainin
 class Run final : public StepSource {
  public:
   Run(const RunConfig& c, RunObserver& obs, const TrainContext& ctx)
-      : cfg(c), obs_(obs), algo_cache_(ctx.algo_cache), config_hash_(ctx.config_hash) {}
+      : cfg(c),
+        comm(ctx.comm ? *ctx.comm : local_),
+        obs_(obs),
+        algo_cache_(ctx.algo_cache),
+        config_hash_(ctx.config_hash) {
+    if (comm.size() != cfg.train.ranks)
+      throw TrainError("train.ranks = " + std::to_string(cfg.train.ranks) + " but " +
+                       std::to_string(comm.size()) + " rank(s) joined");
+  }
 
   const RunConfig& cfg;
+ private:
+  dist::LocalCommunicator local_;  // one rank, where the caller gave no communicator
+ public:
+  dist::Communicator& comm;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<data::Dataset> train_set, test_set;
   std::unique_ptr<ResNet> model;
@@ -87,15 +111,16 @@ class Run final : public StepSource {
     }
 
     train_loader = std::make_unique<data::Loader>(
-        *train_set, loader_options(cfg, batch, true, *backend, obs_));
+        *train_set, loader_options(cfg, batch, true, *backend, obs_, comm));
     if (test_set)
       test_loader = std::make_unique<data::Loader>(
-          *test_set, loader_options(cfg, batch, false, *backend, obs_));
+          *test_set, loader_options(cfg, batch, false, *backend, obs_, comm));
     steps_per_epoch = train_loader->batches_per_epoch() / cfg.train.accumulate;
     if (steps_per_epoch < 1)
       throw TrainError("the training set (" + std::to_string(train_set->size()) +
                        " images) is smaller than one step (batch " + std::to_string(batch) +
-                       " x accumulate " + std::to_string(cfg.train.accumulate) + ")");
+                       " x accumulate " + std::to_string(cfg.train.accumulate) +
+                       (comm.size() > 1 ? " x ranks " + std::to_string(comm.size()) : "") + ")");
     if (cfg.train.epochs > 0) {
       epochs = cfg.train.epochs;
       total_steps = steps_per_epoch * epochs;
@@ -106,7 +131,7 @@ class Run final : public StepSource {
                                                   std::numeric_limits<int>::max()));
     }
     runner = std::make_unique<StepRunner>(
-        cfg, StepParts{*backend, *model, *loss, *optimizer, *train_loader}, batch,
+        cfg, StepParts{*backend, *model, *loss, *optimizer, *train_loader, comm}, batch,
         steps_per_epoch, total_steps);
   }
 
@@ -187,7 +212,7 @@ class Run final : public StepSource {
     p.start_step = start;
     p.total_steps = total_steps;
     p.steps_per_epoch = steps_per_epoch;
-    p.images_per_step = static_cast<int64_t>(batch) * cfg.train.accumulate;
+    p.images_per_step = static_cast<int64_t>(batch) * cfg.train.accumulate * comm.size();
     p.log_every = cfg.train.log_every;
     p.loss_every_step = backend->host_synchronous();
     p.measure = cfg.measure;
@@ -201,9 +226,12 @@ class Run final : public StepSource {
     runner->start_epoch(epoch, step_in_epoch);
   }
   StepRecord step(const StepStart& at, RunObserver& obs) override { return runner->step(at, obs); }
+  // The loss over every rank's rows (each rank reads at the same steps).
   LossTotals read_loss() override {
     const LossOp::Results r = loss->read_results();
-    return {r.loss_sum, r.correct, r.rows};
+    double t[3] = {r.loss_sum, static_cast<double>(r.correct), static_cast<double>(r.rows)};
+    comm.all_reduce_sum(t, 3);
+    return {t[0], static_cast<int64_t>(t[1]), static_cast<int64_t>(t[2])};
   }
 
   // Loss and top-1 accuracy on the test split, BN in inference mode.
@@ -224,13 +252,19 @@ class Run final : public StepSource {
       correct += r.correct;
       rows += r.rows;
     }
+    // Each rank evaluated its slices of the test set: the totals over all.
+    double t[3] = {loss_sum, static_cast<double>(correct), static_cast<double>(rows)};
+    comm.all_reduce_sum(t, 3);
+    loss_sum = t[0];
+    correct = static_cast<int64_t>(t[1]);
+    rows = static_cast<int64_t>(t[2]);
     test_loss = rows ? loss_sum / static_cast<double>(rows) : NAN;
     test_accuracy = rows ? static_cast<double>(correct) / static_cast<double>(rows) : NAN;
     return true;
   }
 
   void save(int64_t step, RunObserver& obs) override {
-    if (cfg.train.checkpoint.empty()) return;
+    if (cfg.train.checkpoint.empty() || comm.rank() != 0) return;  // the ranks' weights are one
     PhaseScope phase(obs, Phase::checkpoint);
     CheckpointState st;
     st.step = step;
@@ -242,9 +276,11 @@ class Run final : public StepSource {
     save_checkpoint(cfg.train.checkpoint, *model, *backend, *optimizer, st);
   }
 
-  // One optimizer step's FLOPs: train.accumulate passes and one update.
+  // One optimizer step's FLOPs: train.accumulate passes and one update, on
+  // every rank.
   double flops_per_step() const {
-    return count_step_flops(*model, optimizer_settings()).per_step(cfg.train.accumulate);
+    return count_step_flops(*model, optimizer_settings()).per_step(cfg.train.accumulate) *
+           comm.size();
   }
 
   // Each layer's FLOPs and least bytes per pass of one micro-batch, tensors
@@ -363,6 +399,31 @@ class Run final : public StepSource {
   std::string config_hash_;  // "" = none given
 };
 
+// This rank's figures over the measured steps, gathered from every rank
+// (all of them call this at the same point).
+std::vector<RankRecord> rank_records(Run& run, const LoopResult& loop, const TrainResult& result) {
+  RankRecord mine;
+  mine.host = result.environment.get("host");
+  mine.device = run.backend->name();
+  if (!run.cfg.train.device.is_gpu())
+    mine.device += " (cores " + result.environment.get("cpu_affinity") + ")";
+  else if (const std::string name = result.environment.get("device_name"); !name.empty())
+    mine.device += " (" + name + ")";
+  std::vector<double> waits;
+  for (const StepRecord& s : loop.steps)
+    if (s.kind == StepKind::measured) waits.push_back(s.data_wait_ms);
+  mine.step_ms_median = result.summary.step_ms_median;
+  mine.data_wait_ms = waits.empty() ? 0 : median(waits);
+  const StepRunner& r = *run.runner;
+  mine.allreduce_ms = r.allreduce_measured > 0
+                          ? r.allreduce_ms_measured / static_cast<double>(r.allreduce_measured)
+                          : 0;
+  mine.bytes_reduced = r.reduced_bytes;
+  mine.bus_bytes_per_s =
+      dist::allreduce_bus_bandwidth(r.reduced_bytes, mine.allreduce_ms / 1000.0, run.comm.size());
+  return dist::gather_rank_records(run.comm, mine);
+}
+
 }  // namespace
 
 TrainResult train(const RunConfig& cfg, RunObserver& observers, const TrainContext& ctx) {
@@ -390,7 +451,17 @@ TrainResult train(const RunConfig& cfg, RunObserver& observers, const TrainConte
   result.environment = backend.environment();
   result.environment.fields["parameters"] = std::to_string(run.model->parameter_count());
   obs.on_run_begin(result.environment, run.shape(start));
-  const LoopResult loop = run_steps(run, run.loop_plan(start), obs, ctx.stop_requested);
+  // Every rank stops at the same step: a stop any of them sees is agreed on
+  // (one all-reduce of a flag per step; a rank that stopped alone would
+  // leave the others waiting in the next collective).
+  std::function<bool()> stop = ctx.stop_requested;
+  if (run.comm.size() > 1)
+    stop = [&run, local = ctx.stop_requested] {
+      double flag = local && local() ? 1 : 0;
+      run.comm.all_reduce_sum(&flag, 1);
+      return flag > 0;
+    };
+  const LoopResult loop = run_steps(run, run.loop_plan(start), obs, stop);
 
   summarize_steps(loop.steps, result.summary);
   summarize_evals(loop.evals, cfg.measure.target_accuracy, run.steps_per_epoch, result.summary);
@@ -405,8 +476,11 @@ TrainResult train(const RunConfig& cfg, RunObserver& observers, const TrainConte
   result.layer_costs = run.layer_costs();
   result.memory = backend.memory_plan();
   result.conv_algorithms = backend.conv_algorithms();
+  result.summary.ranks = run.comm.size();
+  result.summary.global_batch = static_cast<int64_t>(run.batch) * cfg.train.accumulate * run.comm.size();
   obs.on_run_end(result);
   order_phases(result.phases);
+  if (run.comm.size() > 1) result.ranks = rank_records(run, loop, result);
   return result;
 }
 

@@ -14,6 +14,7 @@
 #include "core/config.h"
 #include "core/records.h"
 #include "core/run_observer.h"
+#include "engine/distributed/communicator.h"
 #include "engine/step_loop.h"
 
 namespace xrun {
@@ -29,6 +30,9 @@ struct TrainContext {
   // checkpoint's metadata, and train.resume takes only a checkpoint of the
   // same configuration. "" where the caller has none (then not checked).
   std::string config_hash;
+  // The run's ranks (train.ranks > 1: every rank calls train() with its own
+  // communicator, rank 0's result is the run's); nullptr = one rank.
+  dist::Communicator* comm = nullptr;
 };
 
 // Trains per `cfg`. Throws TrainError, TrainInterrupted, data::DataError, or

@@ -388,6 +388,24 @@ CompareCell make_cell(const std::string& value, const std::vector<const Candidat
   return cell;
 }
 
+// Comparing by train.ranks: N ranks against the baseline's B give
+// throughput(N) / throughput(B) = ratio; perfect scaling would be N / B.
+void set_scaling(CompareCell& cell, const std::string& baseline) {
+  const auto whole = [](const std::string& text, int& out) {
+    char* end = nullptr;
+    const long v = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || v <= 0 || v > 1 << 20) return false;
+    out = static_cast<int>(v);
+    return true;
+  };
+  int n = 0, b = 0;
+  if (!whole(cell.value, n) || !whole(baseline, b)) return;
+  const double k = static_cast<double>(b) / n;
+  cell.scaling = cell.ratio * k;
+  cell.scaling_lo = cell.ratio_lo * k;
+  cell.scaling_hi = cell.ratio_hi * k;
+}
+
 CompareGroup compare_group(const Group& g, const std::vector<std::string>& values,
                            const std::vector<std::string>& shown_keys,
                            const CompareOptions& options) {
@@ -407,6 +425,7 @@ CompareGroup compare_group(const Group& g, const std::vector<std::string>& value
     if (!cell.is_baseline)
       set_ratio(cell, run_steps(it->second), baseline_steps, baseline_throughput, options,
                 cell_rng(options.seed, g.match_key, value));
+    if (options.by == "train.ranks") set_scaling(cell, baseline);
     out.cells.push_back(std::move(cell));
   }
   return out;

@@ -20,7 +20,8 @@
 // levels: its runs, then each chosen run's steps, so disagreeing repeats
 // widen the interval; the 2.5% and 97.5% percentiles of the resampled
 // ratios). Per cell also its FLOP/s and share of the device's peak, from
-// the figures its runs stored (schema 9's run_summary).
+// the figures its runs stored (schema 9's run_summary), and, comparing by
+// train.ranks, the scaling efficiency: the ratio over the ranks' ratio.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +65,12 @@ struct CompareCell {
   double target_accuracy = std::numeric_limits<double>::quiet_NaN();
   double time_to_target_s = std::numeric_limits<double>::quiet_NaN();
   int reached_target = 0;
+  // By train.ranks: the scaling efficiency, throughput(N) / (N / B x
+  // throughput(B)) against the baseline's B ranks (1 = perfect), with the
+  // ratio's interval scaled alike; NaN by any other key.
+  double scaling = std::numeric_limits<double>::quiet_NaN();
+  double scaling_lo = std::numeric_limits<double>::quiet_NaN();
+  double scaling_hi = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Runs whose settings (other than the compared key) are all equal. Every

@@ -78,6 +78,14 @@ void print_target_ranking(const Comparison& c) {
   std::cout << "\n";
 }
 
+// By train.ranks: "87% [82%, 91%]" of perfect scaling.
+std::string scaling_text(const CompareCell& cell) {
+  if (!std::isfinite(cell.scaling)) return "-";
+  if (cell.is_baseline) return percent(cell.scaling);
+  return percent(cell.scaling) + " [" + percent(cell.scaling_lo) + ", " + percent(cell.scaling_hi) +
+         "]";
+}
+
 // With one group (two cards, two precisions): each value against the
 // baseline in a sentence, "RTX 4090 D: 1.41x the throughput of RTX 3090
 // [1.38, 1.44]; 41% of its peak against 38%".
@@ -99,11 +107,13 @@ void print_sentences(const Comparison& c) {
     if (std::isfinite(cell.fraction_of_peak) || std::isfinite(base->fraction_of_peak))
       std::cout << "; " << percent(cell.fraction_of_peak) << " of its peak against "
                 << percent(base->fraction_of_peak);
+    if (std::isfinite(cell.scaling))
+      std::cout << "; scaling efficiency " << scaling_text(cell);
     std::cout << "\n";
   }
 }
 
-std::vector<std::string> cell_row(const CompareGroup& g, const CompareCell& cell) {
+std::vector<std::string> cell_row(const CompareGroup& g, const CompareCell& cell, bool scaling) {
   std::vector<std::string> row;
   for (const auto& [key, value] : g.settings) row.push_back(value);
   row.insert(row.end(), {cell.value, std::to_string(cell.run_uuids.size()),
@@ -113,6 +123,7 @@ std::vector<std::string> cell_row(const CompareGroup& g, const CompareCell& cell
                          fixed(cell.ratio, 3), interval_text(cell),
                          !cell.is_baseline && cell.interval_includes_one ? kNoClearDifference : "",
                          mib(cell.peak_memory_bytes)});
+  if (scaling) row.insert(row.end() - 1, scaling_text(cell));
   return row;
 }
 
@@ -124,8 +135,13 @@ TextTable comparison_cells(const Comparison& c) {
                                    "to target", "ratio", "95% interval", "", "peak memory"});
   t.right_aligned.insert(t.right_aligned.end(),
                          {false, true, true, true, true, true, true, true, false, false, true});
+  const bool scaling = c.by == "train.ranks";
+  if (scaling) {
+    t.header.insert(t.header.end() - 1, "scaling");
+    t.right_aligned.insert(t.right_aligned.end() - 1, true);
+  }
   for (const CompareGroup& g : c.groups)
-    for (const CompareCell& cell : g.cells) t.rows.push_back(cell_row(g, cell));
+    for (const CompareCell& cell : g.cells) t.rows.push_back(cell_row(g, cell, scaling));
   return t;
 }
 
@@ -253,6 +269,8 @@ std::vector<std::string> csv_row(size_t group_index, const CompareGroup& g,
                          csv_number(cell.time_to_target_s), std::to_string(cell.reached_target),
                          csv_number(cell.ratio), csv_number(cell.ratio_lo),
                          csv_number(cell.ratio_hi), cell.interval_includes_one ? "true" : "false",
+                         csv_number(cell.scaling), csv_number(cell.scaling_lo),
+                         csv_number(cell.scaling_hi),
                          std::to_string(cell.peak_memory_bytes), joined_uuids(cell)});
   return row;
 }
@@ -268,8 +286,8 @@ void print_csv(const Comparison& c) {
   header.insert(header.end(), {c.by, "baseline", "runs", "measured_steps", "throughput",
                                "achieved_flops", "peak_flops", "fraction_of_peak",
                                "target_accuracy", "time_to_target_s", "reached_target", "ratio",
-                               "ratio_lo", "ratio_hi", "interval_includes_one",
-                               "peak_memory_bytes", "run_uuids"});
+                               "ratio_lo", "ratio_hi", "interval_includes_one", "scaling",
+                               "scaling_lo", "scaling_hi", "peak_memory_bytes", "run_uuids"});
   print_csv_line(header);
   for (size_t g = 0; g < c.groups.size(); ++g)
     for (const CompareCell& cell : c.groups[g].cells) print_csv_line(csv_row(g, c.groups[g], cell));
@@ -292,7 +310,10 @@ json cell_json(const CompareCell& cell) {
           {"ratio", number_or_null(cell.ratio)},
           {"ratio_lo", number_or_null(cell.ratio_lo)},
           {"ratio_hi", number_or_null(cell.ratio_hi)},
-          {"interval_includes_one", cell.interval_includes_one}};
+          {"interval_includes_one", cell.interval_includes_one},
+          {"scaling", number_or_null(cell.scaling)},
+          {"scaling_lo", number_or_null(cell.scaling_lo)},
+          {"scaling_hi", number_or_null(cell.scaling_hi)}};
 }
 
 json comparison_json(const Comparison& c, const CompareOptions& o) {

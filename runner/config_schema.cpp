@@ -131,6 +131,8 @@ std::vector<KeySpec> build_keys() {
   k.push_back(K("train.resume", T::boolean, "Continue from train.checkpoint if it exists.").def(false));
   k.push_back(K("train.log_every", T::integer, "Steps between loss read-backs and progress lines.")
                   .def(10).at_least(1).at_most(1000000));
+  k.push_back(K("train.ranks", T::integer, "Processes training this run together (data parallel): each its own GPU or share of the CPU cores, each batch_size images per micro-batch, gradients averaged.")
+                  .def(1).at_least(1).at_most(1024));
   // --- [train.optimizer] ---
   k.push_back(K("train.optimizer.name", T::choice, "Optimizer.").one_of({"adamw", "sgd"}).def("adamw"));
   k.push_back(K("train.optimizer.lr", T::number, "Peak learning rate.").def(1e-3).above(0));
@@ -169,6 +171,13 @@ std::vector<KeySpec> build_keys() {
   k.push_back(K("profile.layers", T::boolean, "Time every layer in both passes (stored as kernel rows): host time on the CPU, its kernels' time from CUPTI on a GPU (needs profile.cupti); an NVTX range per layer.").def(false));
   k.push_back(K("profile.trace_steps", T::integer, "cupti = \"trace\": steps whose raw records are kept.")
                   .def(5).at_least(1));
+  // --- [distributed] ---
+  k.push_back(K("distributed.backend", T::choice, "Collectives between ranks: gloo (CPU ranks), nccl (GPU ranks); auto picks by train.device.")
+                  .one_of({"auto", "gloo", "nccl"}).def("auto"));
+  k.push_back(K("distributed.bucket_mb", T::number, "Gradients summed across ranks in buckets of this many MiB while the backward pass runs (PyTorch DDP's 25); 0 = all at once after it.")
+                  .def(25.0).at_least(0).at_most(4096));
+  k.push_back(K("distributed.timeout_s", T::integer, "Seconds a rank waits for the others (joining, each collective) before the run fails.")
+                  .def(120).at_least(1).at_most(86400));
   // --- [sweep] ---
   k.push_back(K("sweep.mode", T::choice, "grid: every combination, first axis slowest; zip: element-wise.")
                   .one_of({"grid", "zip"}).def("grid").not_run());

@@ -152,11 +152,18 @@ nlohmann::json without_later_defaults(nlohmann::json config) {
       {"train.optimizer.lr_scaling", "none"},
       {"train.optimizer.reference_batch", 256},
       {"measure.target_accuracy", 0.0},
+      {"train.ranks", 1},
+      {"distributed.backend", "auto"},
+      {"distributed.timeout_s", 120},
+      {"distributed.bucket_mb", 25.0},
   };
   for (const auto& [key, old_behaviour] : later) {
     const auto p = pointer(key);
     if (config.contains(p) && config[p] == old_behaviour) config = without(config, {key});
   }
+  // A section added later whose keys are all at their defaults goes too.
+  for (const char* section : {"distributed"})
+    if (config.contains(section) && config[section].empty()) config.erase(section);
   return config;
 }
 

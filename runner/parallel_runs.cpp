@@ -12,9 +12,11 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 namespace xrun::cli {
@@ -124,6 +126,7 @@ Live start_child(const ChildRun& run, size_t run_pos, const Slot& slot, size_t s
     dup2(fds[1], STDERR_FILENO);
     if (const int null = open("/dev/null", O_RDONLY); null >= 0) dup2(null, STDIN_FILENO);
     if (!slot.gpu.empty()) setenv("CUDA_VISIBLE_DEVICES", slot.gpu.c_str(), 1);
+    for (const auto& [name, value] : run.env) setenv(name.c_str(), value.c_str(), 1);
     if (run.pin && !slot.cpus.empty()) {
       cpu_set_t set;
       CPU_ZERO(&set);
@@ -147,7 +150,7 @@ Live start_child(const ChildRun& run, size_t run_pos, const Slot& slot, size_t s
 
 // Reads what the child has written; whole lines go to `out` with its prefix.
 // Returns false at end of file.
-bool pump(Live& live, int index, std::FILE* out, bool final) {
+bool pump(Live& live, const std::string& prefix, std::FILE* out, bool final) {
   char buf[8192];
   bool open = true;
   for (;;) {
@@ -162,12 +165,13 @@ bool pump(Live& live, int index, std::FILE* out, bool final) {
   }
   size_t start = 0, nl;
   while ((nl = live.partial.find('\n', start)) != std::string::npos) {
-    std::fprintf(out, "[#%d] %.*s\n", index, static_cast<int>(nl - start), live.partial.data() + start);
+    std::fprintf(out, "[%s] %.*s\n", prefix.c_str(), static_cast<int>(nl - start),
+                 live.partial.data() + start);
     start = nl + 1;
   }
   live.partial.erase(0, start);
   if ((final || !open) && !live.partial.empty()) {
-    std::fprintf(out, "[#%d] %s\n", index, live.partial.c_str());
+    std::fprintf(out, "[%s] %s\n", prefix.c_str(), live.partial.c_str());
     live.partial.clear();
   }
   std::fflush(out);
@@ -177,8 +181,17 @@ bool pump(Live& live, int index, std::FILE* out, bool final) {
 }  // namespace
 
 ChildrenOutcome run_children(const std::vector<ChildRun>& runs, const std::vector<Slot>& slots,
-                             std::FILE* out) {
+                             std::FILE* out, int stop_others_after_s) {
   ChildrenOutcome outcome;
+  std::vector<std::string> prefixes;
+  for (const ChildRun& r : runs) {
+    std::string prefix = r.label;
+    if (prefix.empty()) prefix.append("#").append(std::to_string(r.index));
+    prefixes.push_back(std::move(prefix));
+  }
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> failed_at;  // the first child to end non-zero
+  int escalation = 0;                          // 1: SIGTERM sent, 2: SIGKILL sent
   for (const ChildRun& r : runs) outcome.ends.push_back(ChildEnd{r.index, 0, false});
   if (slots.empty()) return outcome;
   StopSignals signals;
@@ -198,7 +211,7 @@ ChildrenOutcome run_children(const std::vector<ChildRun>& runs, const std::vecto
       outcome.ends[next].started = true;
       if (l.pid < 0) {
         outcome.ends[next].exit_code = 127;
-        std::fprintf(out, "[#%d] cannot start a process: %s\n", runs[next].index,
+        std::fprintf(out, "[%s] cannot start a process: %s\n", prefixes[next].c_str(),
                      std::strerror(errno));
       } else {
         outcome.ends[next].pid = l.pid;
@@ -208,13 +221,21 @@ ChildrenOutcome run_children(const std::vector<ChildRun>& runs, const std::vecto
       ++next;
     }
     if (live.empty() && (next == runs.size() || received > 0)) break;
+    // Children that cannot go on without one that failed: stopped, then killed.
+    if (failed_at && stop_others_after_s >= 0 && escalation < 2) {
+      const double waited = std::chrono::duration<double>(Clock::now() - *failed_at).count();
+      if (waited >= stop_others_after_s + 10.0 * escalation) {
+        for (const Live& l : live) kill(l.pid, escalation == 0 ? SIGTERM : SIGKILL);
+        ++escalation;
+      }
+    }
 
     std::vector<pollfd> fds;
     for (const Live& l : live) fds.push_back(pollfd{l.fd, static_cast<short>(l.fd >= 0 ? POLLIN : 0), 0});
     poll(fds.data(), fds.size(), 200);
     for (size_t i = 0; i < live.size(); ++i) {
       Live& l = live[i];
-      if (l.fd >= 0 && !pump(l, runs[l.run].index, out, false)) {
+      if (l.fd >= 0 && !pump(l, prefixes[l.run], out, false)) {
         close(l.fd);
         l.fd = -1;
       }
@@ -228,11 +249,12 @@ ChildrenOutcome run_children(const std::vector<ChildRun>& runs, const std::vecto
         continue;
       }
       if (l.fd >= 0) {
-        pump(l, runs[l.run].index, out, true);
+        pump(l, prefixes[l.run], out, true);
         close(l.fd);
       }
       outcome.ends[l.run].exit_code =
           WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (outcome.ends[l.run].exit_code != 0 && !failed_at) failed_at = Clock::now();
       slot_busy[l.slot] = false;
       live.erase(live.begin() + static_cast<long>(i));
     }

@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace xrun::cli {
@@ -43,6 +44,8 @@ struct ChildRun {
   int index = 0;
   std::vector<std::string> argv;
   bool pin = false;
+  std::string label;  // its output's prefix, "[label] "; "" = "[#index] "
+  std::vector<std::pair<std::string, std::string>> env;  // set in the child
 };
 
 struct ChildEnd {
@@ -65,8 +68,12 @@ struct ChildrenOutcome {
 // reaches only it, the children being in their own groups) is passed to
 // every running child, the second one too (a child's second signal stops it
 // at once); no child starts after the first. Returns when all have ended.
+// `stop_others_after_s` >= 0 (the ranks of one run, which cannot go on
+// without each other): once a child has ended with a non-zero status, the
+// ones still running get SIGTERM after that many seconds and SIGKILL 10 s
+// later, so that none is left behind.
 ChildrenOutcome run_children(const std::vector<ChildRun>& runs, const std::vector<Slot>& slots,
-                             std::FILE* out);
+                             std::FILE* out, int stop_others_after_s = -1);
 
 // The bytes of an experiment file as the parent read them, in a temporary
 // file of their own ($TMPDIR or /tmp, xrun-experiment-XXXXXX.toml) that each

@@ -134,6 +134,27 @@ static std::string roofline_text(const store::RunDetail& d) {
   return o.str();
 }
 
+// Each rank of a run trained by several, over the measured steps.
+static std::string ranks_text(const std::vector<RankRecord>& ranks) {
+  if (ranks.empty()) return "";
+  std::ostringstream o;
+  o << "\nranks (over the measured steps; all-reduce: the time per step the backward pass did "
+       "not hide)\n";
+  char line[400];
+  std::snprintf(line, sizeof line, "  %4s  %-16s %-26s %9s %9s %11s %10s %10s\n", "rank", "host",
+                "device", "step ms", "data ms", "allreduce", "reduced", "bus GB/s");
+  o << line;
+  for (const RankRecord& r : ranks) {
+    std::snprintf(line, sizeof line, "  %4d  %-16s %-26s %9.2f %9.2f %8.2f ms %6.1f MiB %10s\n",
+                  r.rank, terminal_text(r.host).c_str(), terminal_text(r.device).c_str(),
+                  r.step_ms_median, r.data_wait_ms, r.allreduce_ms, r.bytes_reduced / 1048576.0,
+                  std::isfinite(r.bus_bytes_per_s) ? fixed(r.bus_bytes_per_s / 1e9, 2).c_str()
+                                                   : "-");
+    o << line;
+  }
+  return o.str();
+}
+
 static std::string target_text(const RunSummary& s, size_t evaluations) {
   if (!std::isfinite(s.target_accuracy)) return "";
   const std::string target = fixed(100.0 * s.target_accuracy, 2) + "%";
@@ -220,6 +241,15 @@ int show_command(const ShowArgs& args) {
                        {"peak_bytes_per_s", number_or_null(roof.peak_bytes_per_s)},
                        {"ridge", number_or_null(roof.ridge)},
                        {"points", points}};
+      j["ranks"] = d.summary.ranks;
+      j["global_batch"] = d.summary.global_batch;
+      json ranks = json::array();
+      for (const RankRecord& rr : d.ranks)
+        ranks.push_back({{"rank", rr.rank}, {"host", rr.host}, {"device", rr.device},
+                         {"step_ms_median", rr.step_ms_median}, {"data_wait_ms", rr.data_wait_ms},
+                         {"allreduce_ms", rr.allreduce_ms}, {"bytes_reduced", rr.bytes_reduced},
+                         {"bus_bytes_per_s", number_or_null(rr.bus_bytes_per_s)}});
+      j["rank_stats"] = ranks;
       json findings = json::array();
       for (const auto& f : d.findings)
         findings.push_back({{"check", f.check}, {"message", f.message}, {"value", f.value}});
@@ -252,6 +282,10 @@ int show_command(const ShowArgs& args) {
         << fixed(d.summary.step_ms_p10, 2) << ", p90 " << fixed(d.summary.step_ms_p90, 2)
         << ", mean " << fixed(d.summary.step_ms_mean, 2) << " +- "
         << fixed(d.summary.step_ms_stddev, 2) << "\n";
+      if (d.summary.ranks > 1)
+        o << "  ranks        " << d.summary.ranks << " processes, global batch "
+          << d.summary.global_batch << " images per step (batch " << d.summary.batch_size
+          << " per rank and micro-batch)\n";
       if (d.summary.step_outliers > 0)
         o << "  warning      " << d.summary.step_outliers
           << " step time outlier(s) (beyond 5 MADs of the median): another process, throttling?\n";
@@ -279,6 +313,7 @@ int show_command(const ShowArgs& args) {
       if (std::isfinite(d.summary.lr)) o << "  peak lr      " << d.summary.lr << lr_rule(d.params) << "\n";
       o << target_text(d.summary, d.evals.size());
     }
+    o << ranks_text(d.ranks);
     if (!d.findings.empty()) {
       o << "\nfindings\n";
       for (const auto& f : d.findings) o << "  [" << t(f.check) << "] " << t(f.message) << "\n";

@@ -169,6 +169,19 @@ class Resolver {
              "batch_size \"auto\" sizes the batch to GPU memory; this run's device is cpu: "
              "give a number", true);
     }
+    const int64_t ranks = get("train.ranks").get<int64_t>();
+    const std::string backend = get("distributed.backend");
+    if (device == "cpu" && backend == "nccl")
+      rule("distributed.backend", "nccl joins GPU ranks; this run's device is cpu: use \"gloo\" "
+                                  "or \"auto\"", true);
+    if (device != "cpu" && backend == "gloo")
+      rule("distributed.backend", "gloo joins CPU ranks here; GPU ranks use nccl (\"auto\")", true);
+    if (device != "cpu" && ranks > 1)
+      rule("train.ranks", "several GPU ranks need NCCL, which xrun does not drive yet; CPU ranks "
+                          "(train.device = \"cpu\") train through gloo", true);
+    if (ranks > 1 && get("train.per_layer_update") == true)
+      rule("train.per_layer_update", "updates each layer before the ranks' gradients are "
+                                     "averaged: not with train.ranks > 1", true);
     if (get("train.cuda_graphs") == true && get("train.accumulate") != 1)
       rule("train.cuda_graphs", "cuda_graphs records one whole step: it needs train.accumulate = 1",
            true);

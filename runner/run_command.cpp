@@ -25,6 +25,7 @@
 #include "engine/data/dataset.h"
 #include "engine/device/device_info.h"
 #include "engine/backend.h"
+#include "engine/distributed/communicator.h"
 #include "engine/trainer.h"
 #include "profiler/run_observers.h"
 #include "runner/commands.h"
@@ -32,6 +33,7 @@
 #include "runner/experiment.h"
 #include "runner/parallel_runs.h"
 #include "runner/progress.h"
+#include "runner/rank_launch.h"
 #include "runner/roofline.h"
 #include "store/store.h"
 
@@ -268,8 +270,10 @@ std::string complete_line(double throughput, double step_ms_median, double test_
 }
 
 // Trains one planned run and stores everything about it.
+// `rank`: rank 0 of a run with train.ranks > 1 (a child of run_ranks),
+// which joins the others before training; nullptr for one rank.
 Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int position, int count,
-                bool force, ProgressDisplay& display) {
+                bool force, ProgressDisplay& display, const dist::RankInfo* rank = nullptr) {
   const RunConfig cfg = to_run_config(spec.config);
   display.begin_run(position, count, spec.index, short_hash(spec.config_hash), swept_text(spec));
   store::NewRun row = new_run(plan, spec, cfg);
@@ -308,7 +312,13 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
   context.stop_requested = [&steps] { return g_interrupts.load() > 0 || steps.failing(); };
 
   RunSummary empty;
+  std::unique_ptr<dist::Communicator> comm;
   try {
+    if (rank) {
+      comm = dist::connect_gloo(*rank);
+      context.comm = comm.get();
+      display.message(std::to_string(rank->size) + " ranks joined through gloo");
+    }
     RunObservers observers;
     add_profiler_observers(observers, cfg, display);
     observers.add(progress).add(steps).add(stored);
@@ -327,6 +337,7 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     db.write_findings(uuid, result.findings);
     db.write_trace(uuid, result.trace);
     db.write_layer_costs(uuid, result.layer_costs);
+    db.write_ranks(uuid, result.ranks);
     db.finish_run(uuid, store::RunStatus::complete, result.summary);
     batch.commit();
     const std::string line = complete_line(result.summary.throughput,
@@ -449,6 +460,129 @@ std::optional<Outcome> already_complete(const store::Store& db, const RunSpec& s
   return Outcome{store::RunStatus::complete, "already complete, skipped", true};
 }
 
+// What a child process that trained `spec` left in the store: the row it
+// began (found by its pid among the rows newer than `last_id`), read back;
+// a row it left `running` (killed, crashed, stopped at once by a second
+// Ctrl-C) is ended here, with why. `stopped`: a stop signal came meanwhile.
+Outcome child_outcome(store::Store& db, const RunSpec& spec, const ChildEnd& end, int64_t last_id,
+                      bool stopped, const std::string& exe) {
+  std::optional<store::RunInfo> mine;
+  if (end.started && end.pid > 0)
+    for (const store::RunInfo& r : db.list_runs({{"config_hash", spec.config_hash}}))
+      if (r.id > last_id)
+        if (const auto detail = db.get_run(r.uuid); detail && detail->pid == end.pid) mine = r;
+  if (!end.started) return {store::RunStatus::interrupted, "not started: stopped before its turn"};
+  if (!mine && end.exit_code == 0) {
+    // It stored nothing and succeeded: another process had the run
+    // (another `run --parallel` on the same sweep), as plain `run` skips it.
+    const auto complete = db.find_complete(spec.config_hash);
+    return {complete ? store::RunStatus::complete : store::RunStatus::running,
+            complete ? "completed by another xrun process (" + *complete + "), skipped"
+                     : std::string("being trained by another xrun process, skipped"),
+            true};
+  }
+  if (!mine)
+    return {store::RunStatus::failed,
+            end.exit_code == 127 ? std::string("could not start ") + exe
+                                 : "ended (exit code " + std::to_string(end.exit_code) +
+                                       ") before storing the run; its output is above"};
+  Outcome o;
+  if (mine->status == store::to_string(store::RunStatus::running)) {
+    const int sig = end.exit_code > 128 ? end.exit_code - 128 : 0;
+    const std::string how =
+        sig > 0 ? "killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")"
+                : "ended with exit code " + std::to_string(end.exit_code);
+    o = stopped ? Outcome{store::RunStatus::interrupted,
+                          "the process training it was " + how + " after the stop signal"}
+                : Outcome{store::RunStatus::failed,
+                          "the process training it was " + how + " before the run ended"};
+    db.finish_run(mine->uuid, o.status, RunSummary{}, o.line);
+    return o;
+  }
+  o.status = store::run_status_from_string(mine->status);
+  o.line = o.status == store::RunStatus::complete
+               ? complete_line(mine->throughput, mine->step_ms_median, mine->test_accuracy)
+               : mine->error;
+  return o;
+}
+
+// The run's rank > 0 (a child of run_ranks): trains beside rank 0, which
+// stores the run; this one stores nothing and says only what went wrong.
+int run_rank_worker(const RunSpec& spec, const dist::RankInfo& rank) {
+  const RunConfig cfg = to_run_config(spec.config);
+  InterruptGuard guard;
+  try {
+    const std::unique_ptr<dist::Communicator> comm = dist::connect_gloo(rank);
+    TrainContext context;
+    context.config_hash = spec.config_hash;
+    context.comm = comm.get();
+    context.stop_requested = [] { return g_interrupts.load() > 0; };
+    RunObservers observers;
+    train(cfg, observers, context);
+    return kOk;
+  } catch (const TrainInterrupted& e) {
+    std::cerr << "interrupted: " << e.what() << "\n";
+    return interrupted_exit_code();
+  } catch (const std::exception& e) {
+    std::cerr << "xrun: rank " << rank.rank << ": " << e.what() << "\n";
+    return kRunFailed;
+  }
+}
+
+// A run with train.ranks = N > 1: N children, one per rank (runner/
+// rank_launch.h), rank 0 storing the run; its outcome read back as
+// run_parallel reads a child's. `stop_signal` gets a stop signal received
+// meanwhile (passed on to every rank: they stop after the same step).
+Outcome run_ranks(store::Store& db, const Plan& plan, const RunSpec& spec, const RunArgs& args,
+                  const std::string& db_path, const std::string& experiment_copy, int position,
+                  int count, ProgressDisplay& display, int& stop_signal) {
+  const RunConfig cfg = to_run_config(spec.config);
+  const int n = cfg.train.ranks;
+  display.begin_run(position, count, spec.index, short_hash(spec.config_hash), swept_text(spec));
+  std::error_code ec;
+  const std::string exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) return {store::RunStatus::failed, "cannot find this program's path to start its ranks"};
+  SlotPlan slots;
+  if (const std::string problem = plan_slots(n, {}, usable_cpus(), slots); !problem.empty())
+    return {store::RunStatus::failed, problem};
+  for (const std::string& note : slots.notes) display.message(note);
+  const RendezvousDir meet(db_path);
+  if (!meet.ok())
+    return {store::RunStatus::failed, "cannot make the ranks' rendezvous folder " + meet.error()};
+  const auto earlier = db.list_runs({{"config_hash", spec.config_hash}});
+  const int64_t last_id = earlier.empty() ? 0 : earlier.back().id;
+
+  RankLaunch launch;
+  launch.ranks = n;
+  launch.rendezvous = meet.path();
+  launch.timeout_s = cfg.distributed.timeout_s;
+  launch.pin = !cfg.train.device.is_gpu() && !slots.slots.front().cpus.empty();
+  launch.argv = {exe, "run", experiment_copy, "--experiment-path", plan.file, "--db", db_path,
+                 "--only", std::to_string(spec.index), "--expect-config", spec.config_hash,
+                 "--sweep-position", std::to_string(position) + "/" + std::to_string(count)};
+  for (const std::string& set : args.sets) launch.argv.insert(launch.argv.end(), {"--set", set});
+  if (args.force) launch.argv.push_back("--force");
+  std::string how = std::to_string(n) + " ranks through gloo on this machine";
+  if (launch.pin) {
+    how += ", each on cores of its own:";
+    for (const Slot& slot : slots.slots) how += " " + cpu_list_text(slot.cpus);
+  }
+  display.message(how);
+  const ChildrenOutcome done = run_children(rank_children(launch, spec.index), slots.slots, stderr,
+                                            cfg.distributed.timeout_s);
+  stop_signal = done.stop_signal;
+  Outcome o = child_outcome(db, spec, done.ends.front(), last_id, done.stop_signal != 0, exe);
+  // Rank 0 ended well but another did not: say which (rank 0's row says why
+  // where it knew).
+  for (size_t r = 1; r < done.ends.size(); ++r)
+    if (done.ends[r].exit_code != 0 && o.status == store::RunStatus::complete)
+      o = {store::RunStatus::failed,
+           "rank " + std::to_string(r) + " ended with exit code " +
+               std::to_string(done.ends[r].exit_code) + " after rank 0 stored the run"};
+  display.end_run(o.line);
+  return o;
+}
+
 // `run --parallel N` / `--gpus`: each selected run not yet complete is
 // trained by a child `xrun run --only I` into the same store, up to one per
 // slot at once (runner/parallel_runs.h). The final table is read back from
@@ -560,50 +694,8 @@ int run_parallel(const RunArgs& args, const Plan& plan, const std::vector<const 
       auto it = std::find_if(outcomes.begin(), outcomes.end(),
                              [&](const auto& o) { return o.first->index == end.index; });
       Outcome& o = it->second;
-      std::optional<store::RunInfo> mine;
-      if (end.started && end.pid > 0)
-        for (const store::RunInfo& r : db->list_runs({{"config_hash", it->first->config_hash}}))
-          if (r.id > last_id_before[end.index])
-            if (const auto detail = db->get_run(r.uuid); detail && detail->pid == end.pid) mine = r;
-      if (!end.started) {
-        o = {store::RunStatus::interrupted, "not started: stopped before its turn"};
-      } else if (!mine && end.exit_code == 0) {
-        // It stored nothing and succeeded: another process had the run
-        // (another `run --parallel` on the same sweep), as plain `run` skips it.
-        const auto complete = db->find_complete(it->first->config_hash);
-        o = {complete ? store::RunStatus::complete : store::RunStatus::running,
-             complete ? "completed by another xrun process (" + *complete + "), skipped"
-                      : std::string("being trained by another xrun process, skipped"),
-             true};
-      } else if (!mine) {
-        o = {store::RunStatus::failed,
-             end.exit_code == 127
-                 ? std::string("could not start ") + exe
-                 : "ended (exit code " + std::to_string(end.exit_code) +
-                       ") before storing the run; its output is above"};
-      } else if (mine->status == store::to_string(store::RunStatus::running)) {
-        // The child ended without finishing its row: killed (SIGKILL, the
-        // OOM killer), crashed, or stopped at once by a second Ctrl-C. Its
-        // row is ended here, with why, not left `running`.
-        const int sig = end.exit_code > 128 ? end.exit_code - 128 : 0;
-        const std::string how =
-            sig > 0 ? "killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")"
-                    : "ended with exit code " + std::to_string(end.exit_code);
-        if (done.stop_signal != 0) {
-          o = {store::RunStatus::interrupted,
-               "the process training it was " + how + " after the stop signal"};
-        } else {
-          o = {store::RunStatus::failed,
-               "the process training it was " + how + " before the run ended"};
-        }
-        db->finish_run(mine->uuid, o.status, RunSummary{}, o.line);
-      } else {
-        o.status = store::run_status_from_string(mine->status);
-        if (o.status == store::RunStatus::complete)
-          o.line = complete_line(mine->throughput, mine->step_ms_median, mine->test_accuracy);
-        else
-          o.line = mine->error;
-      }
+      o = child_outcome(*db, *it->first, end, last_id_before[end.index], done.stop_signal != 0,
+                        exe);
       failed = failed || o.status == store::RunStatus::failed;
       interrupted = interrupted || (!o.skipped && (o.status == store::RunStatus::interrupted ||
                                                    o.status == store::RunStatus::running));
@@ -688,7 +780,45 @@ int run_command(const RunArgs& args) {
     std::cerr << "xrun: " << problem << "\n";
     return kUsage;
   }
+  const auto ranks_of = [](const RunSpec* spec) {
+    return spec->config.at("train").at("ranks").get<int>();
+  };
+  const bool any_ranked = std::any_of(selected.begin(), selected.end(),
+                                      [&](const RunSpec* s) { return ranks_of(s) > 1; });
+  if (parallel && any_ranked) {
+    std::cerr << "xrun: --parallel trains several runs at once; a run with train.ranks > 1 "
+                 "already takes several processes: run it without --parallel\n";
+    return kUsage;
+  }
   if (parallel) return run_parallel(args, plan, selected, db_path, slots, experiment_text);
+
+  // A rank of a run with train.ranks > 1 (a child of run_ranks, told by the
+  // environment): rank 0 trains and stores as below, the others only train.
+  dist::RankInfo rank;
+  try {
+    rank = dist::rank_info_from_environment();
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "xrun: " << e.what() << "\n";
+    return kUsage;
+  }
+  const bool is_rank = std::getenv("XRUN_RANK") != nullptr;
+  if (is_rank && (!child || ranks_of(selected[0]) != rank.size)) {
+    std::cerr << "xrun: XRUN_RANK is set (a rank of a run with train.ranks = " << rank.size
+              << ") but this is not one such run as `xrun run` starts its ranks\n";
+    return kUsage;
+  }
+  if (is_rank && rank.rank > 0) return run_rank_worker(*selected[0], rank);
+  // The ranks of a run read the bytes this process planned, as --parallel's
+  // children do.
+  std::optional<FrozenExperiment> frozen;
+  if (any_ranked && !is_rank) {
+    frozen.emplace(experiment_text);
+    if (!frozen->ok()) {
+      std::cerr << "xrun: cannot write a copy of " << plan.file << " for the ranks in "
+                << frozen->path() << ": " << frozen->error() << "\n";
+      return kRunFailed;
+    }
+  }
 
   // Where the runs stand in the list the user sees ("run 3/8"): a child of
   // --parallel is told its place in its parent's list.
@@ -702,14 +832,36 @@ int run_command(const RunArgs& args) {
   try {
     const auto db = open_for_training(db_path, display);
     if (!db) return kRunFailed;
-    InterruptGuard guard;
+    std::optional<InterruptGuard> guard;
+    guard.emplace();
     for (const RunSpec* spec : selected) {
       const int at = child ? position : ++position;
       if (auto skipped = already_complete(*db, *spec, args.force, display)) {
         outcomes.push_back({spec, *skipped});
         continue;
       }
-      Outcome o = run_one(*db, plan, *spec, at, count, args.force, display);
+      if (ranks_of(spec) > 1 && !is_rank) {
+        // The ranks' launcher passes stop signals on itself (run_children).
+        if (g_interrupts.load() > 0) {
+          interrupted = true;
+          break;
+        }
+        guard.reset();
+        int stop_signal = 0;
+        Outcome o = run_ranks(*db, plan, *spec, args, db_path, frozen->path(), at, count,
+                              display, stop_signal);
+        guard.emplace();
+        failed = failed || o.status == store::RunStatus::failed;
+        outcomes.push_back({spec, o});
+        if (stop_signal != 0 || o.status == store::RunStatus::interrupted) {
+          if (stop_signal != 0) g_signal = stop_signal;
+          interrupted = true;
+          break;
+        }
+        continue;
+      }
+      Outcome o = run_one(*db, plan, *spec, at, count, args.force, display,
+                          is_rank ? &rank : nullptr);
       failed = failed || o.status == store::RunStatus::failed;
       outcomes.push_back({spec, o});
       if (o.status == store::RunStatus::interrupted) {

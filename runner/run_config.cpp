@@ -58,6 +58,7 @@ RunConfig to_run_config(const nlohmann::json& c) {
   r.train.checkpoint = t.at("checkpoint").get<std::string>();
   r.train.resume = t.at("resume").get<bool>();
   r.train.log_every = t.at("log_every").get<int>();
+  r.train.ranks = t.at("ranks").get<int>();
 
   const auto& o = t.at("optimizer");
   r.train.optimizer.name = o.at("name").get<std::string>();
@@ -88,6 +89,11 @@ RunConfig to_run_config(const nlohmann::json& c) {
   r.profile.cupti = parse_cupti_mode(p.at("cupti").get<std::string>());
   r.profile.layers = p.at("layers").get<bool>();
   r.profile.trace_steps = p.at("trace_steps").get<int64_t>();
+
+  const auto& dist = c.at("distributed");
+  r.distributed.backend = dist.at("backend").get<std::string>();
+  r.distributed.timeout_s = dist.at("timeout_s").get<int>();
+  r.distributed.bucket_mb = dist.at("bucket_mb").get<double>();
   return r;
 }
 

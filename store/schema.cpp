@@ -3,7 +3,7 @@
 // then migrate). PRAGMA user_version holds the number of the last migration
 // applied; PRAGMA application_id = 'xrun' marks the file as an xrun store.
 //
-// Schema at the latest version (9):
+// Schema at the latest version (10):
 //
 //   experiments(id, name, file, description, first_seen)  UNIQUE(name, file)
 //   runs(id INTEGER PK, uuid UNIQUE (random v4), experiment -> experiments.id,
@@ -64,6 +64,11 @@
 //   layer_costs(run, layer, pass, flops, bytes)  each layer's FLOPs and least
 //        bytes per pass of a micro-batch, from the model's shapes (the
 //        roofline's x and y with profile.layers' times)  [version 9]
+//   runs.ranks, runs.global_batch: processes that trained the run
+//        (train.ranks) and images per optimizer step over all of them;
+//   ranks(run, rank, host, device, step_ms_median, data_wait_ms,
+//        allreduce_ms, bytes_reduced, bus_bytes_per_s)  each rank of a run
+//        trained by several, over the measured steps  [version 10]
 //   view run_summary: one row per run: id, uuid, experiment (name),
 //        sweep_index, label, device, device_name, batch_size (summary, else
 //        run_params train.batch_size), precision, cudnn_benchmark, workers
@@ -73,7 +78,8 @@
 //        finished_at, config_hash, experiment_hash, host, error   [version 2],
 //        flops_per_step, achieved_flops (FLOP/s over the measured steps),
 //        peak_flops, fraction_of_peak (achieved / peak), peak_bytes_per_s,
-//        target_accuracy, time_to_target_s, best_accuracy  [version 9]
+//        target_accuracy, time_to_target_s, best_accuracy  [version 9],
+//        ranks, global_batch  [version 10]
 //
 // Real numbers that are NaN are stored as NULL. Child rows reference
 // runs(id) with ON DELETE CASCADE.
@@ -414,11 +420,57 @@ SELECT
 FROM runs r JOIN experiments e ON e.id = r.experiment;
 )sql";
 
+constexpr const char* kVersion10 = R"sql(
+ALTER TABLE runs ADD COLUMN ranks INTEGER;
+ALTER TABLE runs ADD COLUMN global_batch INTEGER;
+CREATE TABLE ranks (
+  run             INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  rank            INTEGER NOT NULL,
+  host            TEXT,
+  device          TEXT,
+  step_ms_median  REAL,
+  data_wait_ms    REAL,
+  allreduce_ms    REAL,
+  bytes_reduced   REAL,
+  bus_bytes_per_s REAL,
+  UNIQUE (run, rank)
+);
+DROP VIEW run_summary;
+CREATE VIEW run_summary AS
+SELECT
+  r.id, r.uuid, e.name AS experiment, r.sweep_index, r.label, r.device, r.device_name,
+  COALESCE(r.batch_size,
+           (SELECT CAST(p.value AS INTEGER) FROM run_params p
+             WHERE p.run = r.id AND p.key = 'train.batch_size' AND p.value GLOB '[0-9]*'))
+    AS batch_size,
+  (SELECT p.value FROM run_params p WHERE p.run = r.id AND p.key = 'train.precision')
+    AS precision,
+  (SELECT p.value FROM run_params p WHERE p.run = r.id AND p.key = 'train.cudnn_benchmark')
+    AS cudnn_benchmark,
+  (SELECT CAST(p.value AS INTEGER) FROM run_params p
+    WHERE p.run = r.id AND p.key = 'data.workers' AND p.value GLOB '[0-9]*')
+    AS workers,
+  r.throughput, r.step_ms_median, r.step_ms_p10, r.step_ms_p90, r.peak_memory_bytes,
+  r.test_accuracy, r.final_loss, r.status, r.started_at, r.finished_at,
+  r.config_hash, r.experiment_hash, r.host, r.error,
+  r.flops_per_step,
+  CASE WHEN r.measured_seconds > 0 AND r.measured_steps > 0
+       THEN r.flops_per_step * r.measured_steps / r.measured_seconds END AS achieved_flops,
+  r.peak_flops,
+  CASE WHEN r.measured_seconds > 0 AND r.measured_steps > 0 AND r.peak_flops > 0
+       THEN r.flops_per_step * r.measured_steps / r.measured_seconds / r.peak_flops END
+    AS fraction_of_peak,
+  r.peak_bytes_per_s, r.target_accuracy, r.time_to_target_s, r.best_accuracy,
+  COALESCE(r.ranks, 1) AS ranks, r.global_batch
+FROM runs r JOIN experiments e ON e.id = r.experiment;
+)sql";
+
 
 // kMigrations[i] takes a file from version i to version i + 1.
 const std::vector<const char*> kMigrations = {kVersion1, kVersion2, kVersion3,
                                               kVersion4, kVersion5, kVersion6,
-                                              kVersion7, kVersion8, kVersion9};
+                                              kVersion7, kVersion8, kVersion9,
+                                              kVersion10};
 
 // --- Opening ----------------------------------------------------------------------
 

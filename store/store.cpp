@@ -457,6 +457,22 @@ void Store::write_layer_costs(const std::string& uuid, std::span<const LayerCost
   tx.commit();
 }
 
+void Store::write_ranks(const std::string& uuid, std::span<const RankRecord> ranks) {
+  Transaction tx(db_, path_);
+  const int64_t run = detail::run_id(db_, path_, uuid);
+  Statement st(db_, path_,
+               "INSERT OR REPLACE INTO ranks (run, rank, host, device, step_ms_median,"
+               " data_wait_ms, allreduce_ms, bytes_reduced, bus_bytes_per_s)"
+               " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+  for (const RankRecord& r : ranks) {
+    st.bind(1, run).bind(2, r.rank).bind(3, r.host).bind(4, r.device).bind(5, r.step_ms_median);
+    st.bind(6, r.data_wait_ms).bind(7, r.allreduce_ms).bind(8, r.bytes_reduced);
+    st.bind(9, r.bus_bytes_per_s);
+    st.run();
+  }
+  tx.commit();
+}
+
 void Store::write_trace(const std::string& uuid, std::span<const TraceEvent> events) {
   Transaction tx(db_, path_);
   const int64_t run = detail::run_id(db_, path_, uuid);
@@ -544,7 +560,8 @@ void Store::finish_run(const std::string& uuid, RunStatus status, const RunSumma
                   " peak_bandwidth_source = NULLIF(?26, ''), target_accuracy = ?27,"
                   " time_to_target_s = ?28, time_to_target_eval_s = ?29, epochs_to_target = ?30,"
                   " steps_to_target = NULLIF(?31, 0), images_to_target = NULLIF(?32, 0),"
-                  " best_accuracy = ?33, lr = ?34 WHERE id = ?18");
+                  " best_accuracy = ?33, lr = ?34, ranks = ?35, global_batch = NULLIF(?36, 0)"
+                  " WHERE id = ?18");
     sum.bind(1, s.batch_size).bind(2, s.measured_steps).bind(3, s.measured_images);
     sum.bind(4, s.measured_seconds).bind(5, s.throughput).bind(6, s.step_ms_median);
     sum.bind(7, s.step_ms_p10).bind(8, s.step_ms_p90).bind(9, s.step_ms_mean);
@@ -556,7 +573,7 @@ void Store::finish_run(const std::string& uuid, RunStatus status, const RunSumma
     sum.bind(26, s.peak_bandwidth_source).bind(27, s.target_accuracy);
     sum.bind(28, s.time_to_target_s).bind(29, s.time_to_target_eval_s);
     sum.bind(30, s.epochs_to_target).bind(31, s.steps_to_target).bind(32, s.images_to_target);
-    sum.bind(33, s.best_accuracy).bind(34, s.lr);
+    sum.bind(33, s.best_accuracy).bind(34, s.lr).bind(35, s.ranks).bind(36, s.global_batch);
     sum.run();
   }
   tx.commit();
@@ -720,7 +737,8 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
                  " r.peak_flops, coalesce(r.peak_source, ''), r.peak_bytes_per_s,"
                  " coalesce(r.peak_bandwidth_source, ''), r.target_accuracy, r.time_to_target_s,"
                  " r.time_to_target_eval_s, r.epochs_to_target, coalesce(r.steps_to_target, 0),"
-                 " coalesce(r.images_to_target, 0), r.best_accuracy, r.lr"
+                 " coalesce(r.images_to_target, 0), r.best_accuracy, r.lr, coalesce(r.ranks, 1),"
+                 " coalesce(r.global_batch, 0)"
                  " FROM runs r JOIN experiments e ON e.id = r.experiment WHERE r.id = ?1");
     st.bind(1, *id);
     st.step();
@@ -766,6 +784,8 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
       s.images_to_target = st.int64(37);
       s.best_accuracy = st.real(38);
       s.lr = st.real(39);
+      s.ranks = static_cast<int>(st.int64(40));
+      s.global_batch = st.int64(41);
     }
     d.step_count = st.int64(23);
   }
@@ -870,6 +890,15 @@ std::optional<RunDetail> Store::get_run(const std::string& id_or_uuid) const {
                  "SELECT layer, pass, flops, bytes FROM layer_costs WHERE run = ?1 ORDER BY rowid");
     st.bind(1, *id);
     while (st.step()) d.layer_costs.push_back({st.text(0), st.text(1), st.real(2), st.real(3)});
+  }
+  {
+    Statement st(db_, path_,
+                 "SELECT rank, host, device, step_ms_median, data_wait_ms, allreduce_ms,"
+                 " bytes_reduced, bus_bytes_per_s FROM ranks WHERE run = ?1 ORDER BY rank");
+    st.bind(1, *id);
+    while (st.step())
+      d.ranks.push_back({static_cast<int>(st.int64(0)), st.text(1), st.text(2), st.real(3),
+                         st.real(4), st.real(5), st.real(6), st.real(7)});
   }
   return d;
 }

@@ -124,6 +124,7 @@ struct RunDetail {
   std::vector<ConvAlgoRecord> conv_algorithms;
   std::vector<FindingRecord> findings;
   std::vector<LayerCostRecord> layer_costs;  // forward order (schema 9)
+  std::vector<RankRecord> ranks;  // a run of several ranks: each, in order (schema 10)
   int64_t step_count = 0;
   std::string host;
   int64_t pid = 0;
@@ -171,6 +172,7 @@ class Store {
   void write_conv_algorithms(const std::string& uuid, std::span<const ConvAlgoRecord> records,
                              const std::string& device_key);
   void write_layer_costs(const std::string& uuid, std::span<const LayerCostRecord> costs);
+  void write_ranks(const std::string& uuid, std::span<const RankRecord> ranks);
   void write_findings(const std::string& uuid, std::span<const FindingRecord> findings);
   void write_trace(const std::string& uuid, std::span<const TraceEvent> events);
   std::vector<TraceEvent> get_trace(const std::string& uuid) const;

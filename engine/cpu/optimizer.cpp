@@ -113,6 +113,9 @@ class CpuOptimizer final : public OptimizerOp {
     need_accumulation();
     add_floats(acc(), be_.region(TensorRole::gradient), count());
   }
+  std::span<float> host_gradients() override {
+    return {be_.region(TensorRole::gradient), static_cast<size_t>(count())};
+  }
   void accumulate_end() override {
     need_accumulation();
     std::memcpy(be_.region(TensorRole::gradient), acc(), bytes());

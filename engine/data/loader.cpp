@@ -95,6 +95,8 @@ struct Loader::Impl {
     if (opt.batch_size < 1) throw std::invalid_argument("Loader: batch_size must be >= 1");
     if (opt.prefetch < 1) throw std::invalid_argument("Loader: prefetch must be >= 1");
     if (opt.workers < 0) throw std::invalid_argument("Loader: workers must be >= 0");
+    if (opt.ranks < 1 || opt.rank < 0 || opt.rank >= opt.ranks)
+      throw std::invalid_argument("Loader: rank must be in [0, ranks)");
     if (bool(opt.allocator.allocate) != bool(opt.allocator.release))
       throw std::invalid_argument("Loader: HostAllocator needs both allocate and release");
     if (!opt.allocator.allocate) {
@@ -106,8 +108,13 @@ struct Loader::Impl {
     width = dataset.width();
     sample_bytes = static_cast<size_t>(channels) * height * width;
     samples = dataset.size();
-    per_epoch = opt.drop_last ? samples / opt.batch_size
-                              : (samples + opt.batch_size - 1) / opt.batch_size;
+    // Global batch b is positions [b * stride, (b + 1) * stride) of the
+    // epoch's order; this rank's slice of it starts `offset` in.
+    const int64_t global = int64_t{opt.batch_size} * opt.ranks;
+    const int64_t offset = int64_t{opt.batch_size} * opt.rank;
+    per_epoch = opt.drop_last       ? samples / global
+                : samples <= offset ? 0
+                                    : (samples - offset + global - 1) / global;
 
     const size_t image_bytes = round_up(sample_bytes * opt.batch_size, 64);
     const size_t label_bytes = round_up(sizeof(int32_t) * opt.batch_size, 64);
@@ -160,7 +167,7 @@ struct Loader::Impl {
   bool fill(int64_t b, Slot& slot, uint8_t* tmp, uint64_t gen, bool check) {
     auto* images = const_cast<uint8_t*>(slot.batch.images);
     auto* labels = const_cast<int32_t*>(slot.batch.labels);
-    const int64_t begin = b * opt.batch_size;
+    const int64_t begin = (b * opt.ranks + opt.rank) * opt.batch_size;
     const int count = static_cast<int>(std::min<int64_t>(opt.batch_size, samples - begin));
     const bool augment = (opt.random_crop || opt.hflip) && !opt.augment_elsewhere;
     auto* draws = const_cast<int32_t*>(slot.batch.draws);

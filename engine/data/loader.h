@@ -32,6 +32,12 @@ struct LoaderOptions {
   int workers = 2;           // 0: batches are made on the calling thread
   int prefetch = 2;          // ring slots (>= 1)
   uint64_t seed = 0;
+  // Data-parallel ranks: global batch b is batch_size x ranks consecutive
+  // positions of the epoch's order, and rank r takes the r-th slice of
+  // batch_size (so the ranks together see what one process with
+  // accumulate = ranks sees). drop_last: every rank gets the same number of
+  // batches; otherwise a rank's last batch may be partial or absent.
+  int rank = 0, ranks = 1;
   HostAllocator allocator;   // empty functions = aligned malloc
   // Called first on each worker thread with its number (e.g. to name it for
   // a profiler).

@@ -58,6 +58,11 @@ class CliFixture {
     return run_command("cd " + shell_quote(dir.str()) + " && " + shell_quote(xrun_binary()) +
                        " " + args);
   }
+  // The same with environment assignments before the program ("A=1 B=2").
+  CommandResult xrun_env(const std::string& assignments, const std::string& args) const {
+    return run_command("cd " + shell_quote(dir.str()) + " && " + assignments + " " +
+                       shell_quote(xrun_binary()) + " " + args);
+  }
   // One value from the store (first column of the first row, "" when none).
   std::string sql(const std::string& query) const {
     sqlite3* db_handle = nullptr;

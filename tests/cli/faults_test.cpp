@@ -95,8 +95,11 @@ TEST_CASE("faults: the disk fills during a run: exit 1, disk full said, earlier 
 
   // A trace written to the full disk leaves no truncated file, and an older
   // file of that name keeps its bytes.
-  xrun_test::write_bytes(disk.file("trace.json"), "old");
+  // (Written after the filler goes: the failed run may have taken the last
+  // bytes, and "old" written to a full disk would be an empty file.)
   std::filesystem::remove(disk.file("filler"));
+  xrun_test::write_bytes(disk.file("trace.json"), "old");
+  REQUIRE(read_bytes(disk.file("trace.json")) == "old");
   disk.fill_leaving(8);
   const std::string traced = f.write_experiment(
       "traced.toml", tiny_experiment("traced", "steps = 8\neval = false",

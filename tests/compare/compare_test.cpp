@@ -79,6 +79,7 @@ TEST_CASE("the ratio is the throughput ratio of the measured steps, with a clear
   CHECK(other.ratio_lo > 1.0);
   CHECK_FALSE(other.interval_includes_one);
   CHECK(base.peak_memory_bytes == 1 << 30);
+  CHECK(std::isnan(other.scaling));  // only by train.ranks
 
   SECTION("against the other baseline the ratio is the inverse") {
     const Comparison inv = compare_runs(db, by("label", "box-10"));
@@ -378,6 +379,39 @@ TEST_CASE("each cell's time to the target accuracy: the mean over its runs that 
 
 // A CPU run on AVX2 kernels (ONEDNN_MAX_CPU_ISA=AVX2) and one on AMX kernels of
 // the same CPU: by isa they compare; by a setting they are never pooled.
+TEST_CASE("by train.ranks, the scaling efficiency: the ratio over the ranks' ratio",
+          "[compare][ranks]") {
+  store_test::TempDir dir;
+  Store db(dir.file("r.db"));
+  const auto ranked = [](int n) {
+    xrun::store::NewRun r = labelled("box");
+    r.params["train.ranks"] = std::to_string(n);
+    r.config_hash += "-ranks" + std::to_string(n);
+    return r;
+  };
+  add_run(db, ranked(1), step_times(100, 0.1, 30));
+  add_run(db, ranked(2), step_times(60, 0.1, 30, 2));
+  add_run(db, ranked(4), step_times(35, 0.1, 30, 5));
+  const Comparison c = compare_runs(db, by("train.ranks"));
+  REQUIRE(c.groups.size() == 1);
+  CHECK(c.values == std::vector<std::string>{"1", "2", "4"});
+  const CompareCell& one = cell(c, 0, "1");
+  CHECK(one.scaling == 1.0);
+  for (const auto& [value, n] : {std::pair{"2", 2}, std::pair{"4", 4}}) {
+    INFO(value);
+    const CompareCell& x = cell(c, 0, value);
+    CHECK(x.scaling == Approx(x.ratio / n).epsilon(1e-12));
+    CHECK(x.scaling_lo == Approx(x.ratio_lo / n).epsilon(1e-12));
+    CHECK(x.scaling_hi == Approx(x.ratio_hi / n).epsilon(1e-12));
+    CHECK(x.scaling_lo < x.scaling);
+    CHECK(x.scaling < x.scaling_hi);
+  }
+  // Against 2 ranks, 4 ranks' ideal is twice the throughput.
+  const Comparison from_two = compare_runs(db, by("train.ranks", "2"));
+  const CompareCell& four = cell(from_two, 0, "4");
+  CHECK(four.scaling == Approx(four.ratio / 2).epsilon(1e-12));
+}
+
 TEST_CASE("CPU runs compare by oneDNN ISA, and only runs of one ISA pool", "[compare]") {
   store_test::TempDir dir;
   Store db(dir.file("r.db"));

@@ -125,6 +125,8 @@ TEST_CASE("hash values are pinned (a change here breaks stored results)", "[conf
           c["train"]["optimizer"].erase("lr_scaling");
           c["train"]["optimizer"].erase("reference_batch");
           c["measure"].erase("target_accuracy");
+          c["train"].erase("ranks");
+          c.erase("distributed");
           return c;
         }())));
   CHECK(r.config_hash == "1421229ed1977e38");
@@ -144,12 +146,15 @@ TEST_CASE("a key added to the schema later keeps earlier hashes at its default",
   // The time-to-target and learning-rate scaling keys (schema of issue 23).
   const RunSpec later_defaults =
       plan_text(text + "[train]\neval_every = 0\n[train.optimizer]\nlr_scaling = \"none\"\n"
-                       "reference_batch = 256\n[measure]\ntarget_accuracy = 0\n")
+                       "reference_batch = 256\n[measure]\ntarget_accuracy = 0\n"
+                       "[distributed]\nbackend = \"auto\"\ntimeout_s = 120\nbucket_mb = 25\n")
           .runs[0];
   CHECK(later_defaults.config_hash == "1421229ed1977e38");
   for (const std::string extra : {"[train]\neval_every = 100\n", "[measure]\ntarget_accuracy = 0.9\n",
                                   "[train.optimizer]\nlr_scaling = \"linear\"\n",
-                                  "[train.optimizer]\nreference_batch = 128\n"}) {
+                                  "[train.optimizer]\nreference_batch = 128\n",
+                                  "[train]\nranks = 2\n", "[distributed]\nbackend = \"gloo\"\n",
+                                  "[distributed]\ntimeout_s = 30\n", "[distributed]\nbucket_mb = 0\n"}) {
     INFO(extra);
     CHECK(plan_text(text + extra).runs[0].config_hash != plain.config_hash);
   }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <set>
 #include <thread>
 
@@ -177,6 +178,62 @@ TEST_CASE("drop_last drops only the final partial batch", "[data][loader]") {
   Loader none(tiny, options(10, 2));
   CHECK(none.batches_per_epoch() == 0);
   CHECK(run_epoch(none, tiny, 10, 0).empty());
+}
+
+TEST_CASE("ranks take contiguous slices of each global batch: together one process's micro-batches",
+          "[data][loader][distributed]") {
+  TaggedDataset ds(103, 3, 6, 6);
+  // One process, batch 8: its batches 2b and 2b+1 are the two micro-batches
+  // of step b with accumulate = 2; rank r of 2 must see batch 2b+r.
+  auto one = options(8, 2, 7);
+  one.random_crop = one.hflip = true;
+  Loader single(ds, one);
+  const auto micro = run_epoch(single, ds, 8, 1);
+  REQUIRE(micro.size() == 12);
+  for (int rank : {0, 1}) {
+    INFO("rank " << rank);
+    auto o = one;
+    o.rank = rank;
+    o.ranks = 2;
+    o.workers = rank;  // any worker count gives the same batches
+    Loader sliced(ds, o);
+    CHECK(sliced.batches_per_epoch() == 6);  // 103 / 16: the same steps on every rank
+    const auto mine = run_epoch(sliced, ds, 8, 1);
+    REQUIRE(mine.size() == 6);
+    for (size_t b = 0; b < mine.size(); ++b) {
+      CHECK(mine[b].images == micro[2 * b + rank].images);  // same pixels, same augmentation
+      CHECK(mine[b].labels == micro[2 * b + rank].labels);
+      CHECK(mine[b].index == static_cast<int64_t>(b));
+    }
+  }
+  // Evaluation (no drop_last): every sample once over the ranks, the last
+  // global batch cut short; 3 ranks of 10 over 103: rank 0 gets 4 batches
+  // (positions 90..99 last), rank 1 one partial (100..102), rank 2 none.
+  std::vector<int32_t> seen;
+  const std::vector<int64_t> expected_batches = {4, 4, 3};
+  for (int rank = 0; rank < 3; ++rank) {
+    auto o = options(10, 1);
+    o.shuffle = false;
+    o.drop_last = false;
+    o.rank = rank;
+    o.ranks = 3;
+    Loader eval(ds, o);
+    CHECK(eval.batches_per_epoch() == expected_batches[rank]);
+    const auto batches = run_epoch(eval, ds, 10, 0);
+    REQUIRE(static_cast<int64_t>(batches.size()) == expected_batches[rank]);
+    CHECK(batches.front().labels[0] == 10 * rank);
+    for (const auto& b : batches) CHECK(b.count > 0);
+    const auto order = order_of(batches);
+    seen.insert(seen.end(), order.begin(), order.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  std::vector<int32_t> all(103);
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(seen == all);
+  auto bad = options(8, 0);
+  bad.rank = 2;
+  bad.ranks = 2;
+  CHECK_THROWS_AS(Loader(ds, bad), std::invalid_argument);
 }
 
 TEST_CASE("hflip and random_crop follow the draws for each position", "[data][loader]") {

@@ -81,7 +81,11 @@ TEST_CASE("CPU backend: bf16 made where oneDNN has bf16 kernels, refused naming 
     CHECK(be.precision() == Precision::bf16);
     CHECK(be.activation_type() == dnnl::memory::data_type::bf16);
   }
-  for (Precision p : {Precision::fp16, Precision::tf32})
-    CHECK_THROWS_WITH(make_backend("cpu", BackendOptions{1, p}),
+  for (Precision p : {Precision::fp16, Precision::tf32}) {
+    BackendOptions options;
+    options.threads = 1;
+    options.precision = p;
+    CHECK_THROWS_WITH(make_backend("cpu", options),
                       Catch::Contains("needs a CUDA device; the CPU engine trains in fp32 and bf16"));
+  }
 }

@@ -155,7 +155,7 @@ TEST_CASE("convergence: accuracy by wall time and by images, runs ranked by time
   const auto reached = std::count_if(want.begin(), want.end(), [](const Ranked& r) { return r.reached; });
   CHECK(reached > 0);
   CHECK(reached < 6);  // both kinds of row are drawn
-  CHECK(count(conv, ">not reached<") == 6 - reached);
+  CHECK(count(conv, ">not reached<") == static_cast<size_t>(6 - reached));
 }
 
 TEST_CASE("roofline: one chart per run with timed layers and a peak, a point per pass, the roofs",

@@ -114,6 +114,10 @@ std::string full_run(Store& store, NewRun run, double base, const std::string& d
   const std::vector<TraceEvent> trace = {{"host", "step", 0, 1000, 3, 0, 0},
                                          {"host", "forward", 10, 400, -1, 1, 7}};
   store.write_trace(uuid, trace);
+  const std::vector<RankRecord> ranks = {
+      {0, "node-a", "cpu (cores 0-3)", base, 0.5, 12.0, 4.5e7, 3.75e9},
+      {1, "node-b", "cpu (cores 4-7)", base + 1, 0.25, 11.0, 4.5e7, std::nan("")}};
+  store.write_ranks(uuid, ranks);
   RunSummary summary;
   summary.measured_steps = 8;
   summary.throughput = 1000.0 / base;

@@ -57,6 +57,8 @@ RunSummary make_summary() {
   s.best_accuracy = 0.61;
   s.lr = 4e-3;
   s.batch_size = 512;
+  s.ranks = 2;
+  s.global_batch = 2048;  // 512 x accumulate 2 x 2 ranks
   return s;
 }
 
@@ -190,6 +192,10 @@ TEST_CASE("records round-trip, NaN stored as NULL and read back as NaN", "[store
   store.write_kernels(uuid, kernels);
   std::vector<MemoryRecord> memory = {{"parameters", 94112088}, {"activations", 812345600}};
   store.write_memory(uuid, memory);
+  const std::vector<RankRecord> ranks = {
+      {0, "node-a", "cuda:0 (NVIDIA H200)", 150.25, 0.5, 12.5, 102228128.0, 8.25e9},
+      {1, "node-b", "cuda:0 (NVIDIA H200)", 151.0, 0.25, 13.0, 102228128.0, kNaN}};
+  store.write_ranks(uuid, ranks);
   const RunSummary sum = make_summary();
   store.finish_run(uuid, RunStatus::complete, sum);
 
@@ -280,6 +286,22 @@ TEST_CASE("records round-trip, NaN stored as NULL and read back as NaN", "[store
   CHECK(s.images_to_target == sum.images_to_target);
   CHECK(s.best_accuracy == sum.best_accuracy);
   CHECK(s.lr == sum.lr);
+  CHECK(s.ranks == 2);
+  CHECK(s.global_batch == 2048);
+  CHECK(sql_int(path, "SELECT ranks * 10000 + global_batch FROM run_summary") == 22048);
+  REQUIRE(d->ranks.size() == 2);
+  for (size_t r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(d->ranks[r].rank == ranks[r].rank);
+    CHECK(d->ranks[r].host == ranks[r].host);
+    CHECK(d->ranks[r].device == ranks[r].device);
+    CHECK(d->ranks[r].step_ms_median == ranks[r].step_ms_median);
+    CHECK(d->ranks[r].data_wait_ms == ranks[r].data_wait_ms);
+    CHECK(d->ranks[r].allreduce_ms == ranks[r].allreduce_ms);
+    CHECK(d->ranks[r].bytes_reduced == ranks[r].bytes_reduced);
+  }
+  CHECK(d->ranks[0].bus_bytes_per_s == 8.25e9);
+  CHECK(std::isnan(d->ranks[1].bus_bytes_per_s));
   CHECK(sql_int(path, "SELECT time_to_target_s = 25.75 FROM run_summary") == 1);
   CHECK(achieved_flops(s) == Approx(6.291e12 * 90 / 18.5).epsilon(1e-15));
   CHECK(std::isnan(s.test_accuracy));

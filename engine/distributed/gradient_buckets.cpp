@@ -1,0 +1,107 @@
+// engine/distributed/gradient_buckets.cpp: see gradient_buckets.h.
+#include "engine/distributed/gradient_buckets.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace xrun::dist {
+
+GradientBuckets::GradientBuckets(Communicator& comm, std::span<float> grads,
+                                 std::vector<size_t> pieces, size_t bucket_bytes)
+    : comm_(comm),
+      grads_(grads),
+      starts_(std::move(pieces)),
+      bucket_floats_(std::max<size_t>(1, bucket_bytes / sizeof(float))) {
+  std::sort(starts_.begin(), starts_.end());
+  starts_.erase(std::unique(starts_.begin(), starts_.end()), starts_.end());
+  if (starts_.empty() || starts_.back() >= grads_.size())
+    throw std::invalid_argument("GradientBuckets: every piece must start inside the region");
+  starts_.front() = 0;  // anything below the first parameter goes with it
+  ready_.assign(starts_.size(), false);
+  frontier_ = starts_.size();
+  top_ = grads_.size();
+  worker_ = std::thread([this] { work(); });
+}
+
+GradientBuckets::~GradientBuckets() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void GradientBuckets::ready(size_t begin) {
+  const auto it = std::upper_bound(starts_.begin(), starts_.end(), begin);
+  const size_t k = static_cast<size_t>(it - starts_.begin()) - 1;  // the piece holding `begin`
+  ready_[k] = true;
+  while (frontier_ > 0 && ready_[frontier_ - 1]) --frontier_;
+  if (frontier_ < starts_.size() && top_ - starts_[frontier_] >= bucket_floats_) {
+    launch(starts_[frontier_], top_);
+    top_ = starts_[frontier_];
+  }
+}
+
+void GradientBuckets::launch(size_t begin, size_t end) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.emplace_back(begin, end);
+    ++launched_;
+  }
+  ++buckets_;
+  cv_.notify_all();
+}
+
+void GradientBuckets::work() {
+  for (;;) {
+    std::pair<size_t, size_t> range;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      range = queue_.front();
+      queue_.pop_front();
+    }
+    bool skip;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      skip = error_ != nullptr;  // after a failure the ranks no longer agree
+    }
+    std::exception_ptr failed;
+    if (!skip) {
+      try {
+        comm_.all_reduce_sum(grads_.data() + range.first, range.second - range.first);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (failed && !error_) error_ = failed;
+      ++done_;
+    }
+    cv_.notify_all();
+  }
+}
+
+double GradientBuckets::finish() {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (top_ > 0) launch(0, top_);
+  std::exception_ptr failed;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return done_ == launched_; });
+    failed = error_;
+  }
+  last_buckets_ = buckets_;
+  buckets_ = 0;
+  ready_.assign(starts_.size(), false);
+  frontier_ = starts_.size();
+  top_ = grads_.size();
+  if (failed) std::rethrow_exception(failed);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace xrun::dist

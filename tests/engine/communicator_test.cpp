@@ -1,0 +1,216 @@
+// tests/engine/communicator_test.cpp: the collectives of data-parallel
+// training (engine/distributed/) over real gloo, two ranks as two threads of
+// this process meeting in a scratch folder: sums of floats and doubles on
+// every rank, text and rank records gathered in rank order, a rank that
+// never joins failing the other after the timeout, the environment a rank
+// is launched with, and nccl-tests' bus bandwidth arithmetic.
+#include "catch2_compat.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "engine/distributed/communicator.h"
+#include "engine/distributed/gradient_buckets.h"
+#include "engine/distributed/rank_stats.h"
+#include "test_util.h"
+
+using namespace xrun;
+using namespace xrun::dist;
+using Catch::Contains;
+
+namespace {
+
+RankInfo info(int rank, int size, const std::string& dir, int timeout_s = 20) {
+  RankInfo i;
+  i.rank = rank;
+  i.size = size;
+  i.rendezvous = dir;
+  i.timeout = std::chrono::seconds(timeout_s);
+  return i;
+}
+
+// Runs `body(comm)` on ranks 0 and 1 at once; rethrows a rank's exception.
+template <typename Body>
+void on_two_ranks(const std::string& dir, Body body) {
+  std::exception_ptr failed[2];
+  std::thread ranks[2];
+  for (int r = 0; r < 2; ++r)
+    ranks[r] = std::thread([&, r] {
+      try {
+        std::unique_ptr<Communicator> comm = connect_gloo(info(r, 2, dir));
+        body(*comm);
+      } catch (...) {
+        failed[r] = std::current_exception();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (auto& f : failed)
+    if (f) std::rethrow_exception(f);
+}
+
+}  // namespace
+
+TEST_CASE("gloo: sums, gathers and a barrier between two ranks", "[distributed][gloo]") {
+  xrun_test::ScratchDir dir;
+  std::vector<float> sums[2];
+  std::vector<double> dsums[2];
+  std::vector<std::string> texts[2];
+  std::vector<RankRecord> records[2];
+  on_two_ranks(dir.str(), [&](Communicator& comm) {
+    const int r = comm.rank();
+    CHECK(comm.size() == 2);
+    CHECK(comm.backend() == "gloo");
+    // 3 million floats: more than one of gloo's segments.
+    std::vector<float> v(3'000'000);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 1000) * (r + 1) * 0.25f;
+    comm.all_reduce_sum(v.data(), v.size());
+    sums[r] = std::move(v);
+    std::vector<double> d = {1.0 + r, 1e300 * r, -0.5};
+    comm.all_reduce_sum(d.data(), d.size());
+    dsums[r] = d;
+    texts[r] = all_gather_text(comm, r == 0 ? "node-a" : std::string(300, 'x'), 256);
+    RankRecord mine;
+    mine.host = "host-" + std::to_string(r);
+    mine.device = "cpu (cores " + std::to_string(r) + ")";
+    mine.step_ms_median = 10.0 + r;
+    mine.allreduce_ms = 2.5 * (r + 1);
+    mine.bytes_reduced = 4e6;
+    mine.bus_bytes_per_s = r == 0 ? 1.5e9 : NAN;
+    records[r] = gather_rank_records(comm, mine);
+    comm.barrier();
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    REQUIRE(sums[r].size() == 3'000'000);
+    size_t wrong = 0;  // x/4 * 1 + x/4 * 2, exact in fp32 for these values
+    for (size_t i = 0; i < sums[r].size(); ++i)
+      wrong += sums[r][i] != static_cast<float>(i % 1000) * 0.75f;
+    CHECK(wrong == 0);
+    CHECK(dsums[r] == std::vector<double>{3.0, 1e300, -1.0});
+    REQUIRE(texts[r].size() == 2);
+    CHECK(texts[r][0] == "node-a");
+    CHECK(texts[r][1] == std::string(256, 'x'));  // cut at max_bytes
+    REQUIRE(records[r].size() == 2);
+    for (int q = 0; q < 2; ++q) {
+      CHECK(records[r][q].rank == q);
+      CHECK(records[r][q].host == "host-" + std::to_string(q));
+      CHECK(records[r][q].step_ms_median == 10.0 + q);
+      CHECK(records[r][q].allreduce_ms == 2.5 * (q + 1));
+    }
+    CHECK(records[r][0].bus_bytes_per_s == 1.5e9);
+    CHECK(std::isnan(records[r][1].bus_bytes_per_s));  // NaN stays in its own row
+  }
+}
+
+TEST_CASE("gloo: a rank that never joins fails the other after the timeout",
+          "[distributed][gloo]") {
+  xrun_test::ScratchDir dir;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    connect_gloo(info(0, 2, dir.str(), 1));
+    FAIL("joined without rank 1");
+  } catch (const CommError& e) {
+    CHECK_THAT(e.what(), Contains("rank 0 of 2 could not join") && Contains(dir.str()));
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(took >= 0.9);
+  CHECK(took < 15);
+}
+
+TEST_CASE("ranks: the environment a launched rank reads", "[distributed]") {
+  unsetenv("XRUN_RANK");
+  CHECK(rank_info_from_environment().size == 1);  // not a rank: one process
+  setenv("XRUN_RANK", "1", 1);
+  setenv("XRUN_WORLD_SIZE", "4", 1);
+  setenv("XRUN_RENDEZVOUS", "/shared/meet", 1);
+  setenv("XRUN_RANK_HOST", "node-7", 1);
+  setenv("XRUN_RANK_TIMEOUT_S", "30", 1);
+  RankInfo i = rank_info_from_environment();
+  CHECK(i.rank == 1);
+  CHECK(i.size == 4);
+  CHECK(i.rendezvous == "/shared/meet");
+  CHECK(i.host == "node-7");
+  CHECK(i.timeout == std::chrono::seconds(30));
+  setenv("XRUN_RANK", "4", 1);
+  CHECK_THROWS_WITH(rank_info_from_environment(), Contains("not below XRUN_WORLD_SIZE=4"));
+  setenv("XRUN_RANK", "one", 1);
+  CHECK_THROWS_WITH(rank_info_from_environment(), Contains("XRUN_RANK=one"));
+  setenv("XRUN_RANK", "0", 1);
+  unsetenv("XRUN_RENDEZVOUS");
+  CHECK_THROWS_WITH(rank_info_from_environment(), Contains("XRUN_RENDEZVOUS is not set"));
+  for (const char* v : {"XRUN_RANK", "XRUN_WORLD_SIZE", "XRUN_RANK_HOST", "XRUN_RANK_TIMEOUT_S"})
+    unsetenv(v);
+}
+
+TEST_CASE("ranks: bus bandwidth as nccl-tests defines it", "[distributed]") {
+  // 100 MB in 0.1 s over 4 ranks: algorithm bandwidth 1 GB/s, bus 2 x 3/4 of it.
+  CHECK(allreduce_bus_bandwidth(100e6, 0.1, 4) == Approx(1.5e9));
+  CHECK(allreduce_bus_bandwidth(100e6, 0.1, 2) == Approx(1e9));
+  CHECK(allreduce_bus_bandwidth(100e6, 0.1, 1) == 0);  // one rank moves nothing
+  CHECK(std::isnan(allreduce_bus_bandwidth(100e6, 0, 2)));
+}
+
+namespace {
+
+// A communicator that records each all-reduce's range (relative to `base`)
+// instead of summing; throws on call `fail_at` (1-based) when set.
+class RecordingComm final : public Communicator {
+ public:
+  explicit RecordingComm(const float* base) : base_(base) {}
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string backend() const override { return "recording"; }
+  void all_reduce_sum(float* data, size_t n) override {
+    std::lock_guard<std::mutex> lock(mu);
+    if (++calls == fail_at) throw CommError("rank 1 (pid 42) has ended");
+    ranges.emplace_back(static_cast<size_t>(data - base_), static_cast<size_t>(data - base_) + n);
+  }
+  void all_reduce_sum(double*, size_t) override {}
+  void barrier() override {}
+  std::mutex mu;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  int calls = 0, fail_at = 0;
+
+ private:
+  const float* base_;
+};
+
+}  // namespace
+
+TEST_CASE("gradient buckets: cut at the top as gradients complete, the rest sent by finish",
+          "[distributed][buckets]") {
+  // A region of 100 floats, parameters starting at 2 (padding below goes
+  // with it), 10, 30, 60 and 90; buckets of 25 floats (100 bytes).
+  std::vector<float> region(100);
+  RecordingComm comm(region.data());
+  GradientBuckets buckets(comm, region, {60, 2, 90, 30, 10}, 100);
+  // The backward pass: last parameter first, then one out of order.
+  buckets.ready(90);  // [90, 100): 10 floats complete at the top, below 25
+  buckets.ready(30);  // not adjacent to the top yet: nothing
+  buckets.ready(60);  // [30, 100) complete: 70 >= 25, one bucket
+  buckets.ready(10);  // [10, 30): 20 < 25, waits
+  buckets.ready(2);   // [0, 30): 30 >= 25, a second bucket
+  CHECK(buckets.finish() >= 0);
+  CHECK(comm.ranges == std::vector<std::pair<size_t, size_t>>{{30, 100}, {0, 30}});
+  CHECK(buckets.buckets_last_step() == 2);
+
+  // The next step starts afresh; what never filled a bucket goes at finish.
+  comm.ranges.clear();
+  buckets.ready(90);
+  buckets.ready(60);
+  buckets.finish();  // [60, 100) is 40 >= 25: sent as soon as 60 was ready
+  CHECK(comm.ranges == std::vector<std::pair<size_t, size_t>>{{60, 100}, {0, 60}});
+}
+
+TEST_CASE("gradient buckets: a failed all-reduce reaches finish", "[distributed][buckets]") {
+  std::vector<float> region(100);
+  RecordingComm comm(region.data());
+  comm.fail_at = 1;
+  GradientBuckets buckets(comm, region, {0, 50}, 100);
+  buckets.ready(50);  // the first bucket: fails on the worker thread
+  buckets.ready(0);
+  CHECK_THROWS_WITH(buckets.finish(), Contains("rank 1 (pid 42) has ended"));
+  CHECK(comm.calls == 1);  // the second bucket was not sent: the ranks no longer agree
+}
