@@ -230,8 +230,9 @@ struct RunShape {
 // One rank of a run trained by several (train.ranks > 1), over the
 // measured steps: where it ran, its median step, its median wait for data,
 // the all-reduce time per step it could not hide behind the backward pass,
-// what it reduced per step and the bus bandwidth that gives (as nccl-tests
-// define it: bytes x 2 (n - 1) / n over the time).
+// what it reduced per step and the bus bandwidth of those all-reduces (as
+// nccl-tests define it: bytes x 2 (n - 1) / n over the time they took on
+// their thread, hidden or not).
 struct RankRecord {
   int rank = 0;
   std::string host;

@@ -108,6 +108,7 @@ void StepRunner::reduce_gradients(RunObserver& obs, bool measured) {
     reduced_bytes = static_cast<double>(p_.optimizer.host_gradients().size_bytes());
     if (measured) {
       allreduce_ms_measured += waited;
+      allreduce_busy_ms_measured += buckets_->busy_ms_last_step();
       ++allreduce_measured;
     }
     return;
@@ -121,8 +122,10 @@ void StepRunner::reduce_gradients(RunObserver& obs, bool measured) {
   p_.comm.all_reduce_sum(grads.data(), grads.size());
   reduced_bytes = static_cast<double>(grads.size_bytes());
   if (measured) {
-    allreduce_ms_measured +=
+    const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    allreduce_ms_measured += ms;
+    allreduce_busy_ms_measured += ms;  // nothing hid it
     ++allreduce_measured;
   }
 }

@@ -53,7 +53,8 @@ class StepRunner {
   int64_t optimizer_steps = 0;  // applied (not skipped) steps: AdamW's step count
   // Several ranks: the gradient sums of the measured steps (their time, as
   // the step waited for them, and how many), and the bytes each one reduces.
-  double allreduce_ms_measured = 0;
+  double allreduce_ms_measured = 0;       // exposed: what the step waited
+  double allreduce_busy_ms_measured = 0;  // the all-reduces' own time, hidden or not
   int64_t allreduce_measured = 0;
   double reduced_bytes = 0;
 

@@ -419,8 +419,11 @@ std::vector<RankRecord> rank_records(Run& run, const LoopResult& loop, const Tra
                           ? r.allreduce_ms_measured / static_cast<double>(r.allreduce_measured)
                           : 0;
   mine.bytes_reduced = r.reduced_bytes;
+  const double busy_ms = r.allreduce_measured > 0 ? r.allreduce_busy_ms_measured /
+                                                        static_cast<double>(r.allreduce_measured)
+                                                  : 0;
   mine.bus_bytes_per_s =
-      dist::allreduce_bus_bandwidth(r.reduced_bytes, mine.allreduce_ms / 1000.0, run.comm.size());
+      dist::allreduce_bus_bandwidth(r.reduced_bytes, busy_ms / 1000.0, run.comm.size());
   return dist::gather_rank_records(run.comm, mine);
 }
 

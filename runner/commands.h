@@ -110,6 +110,14 @@ struct PeakArgs {
   int threads = 0;  // 0: every core this process may use
 };
 int peak_command(const PeakArgs& args);
+
+// `xrun doctor --allreduce` (runner/allreduce_command.cpp): the all-reduce
+// of CPU ranks on this machine, timed over sizes, as nccl-tests reports it.
+struct AllreduceArgs {
+  int ranks = 2;
+  int max_mb = 256;  // the largest size
+};
+int allreduce_command(const AllreduceArgs& args);
 void attach_peak(const store::Store& db, const Environment& env, Precision precision, bool gpu,
                  RunSummary& summary);
 

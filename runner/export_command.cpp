@@ -4,7 +4,7 @@
 //            host, error, finished_at, one column per setting (run_params:
 //            train.batch_size, ...) and one per environment field (env.driver,
 //            ...); the union over the runs, empty where a run lacks one.
-//   steps, epochs, evals, kernels
+//   steps, epochs, evals, kernels, ranks
 //            every row of that table for those runs, each led by its run's
 //            uuid, label, experiment and device_name.
 // NULL (NaN) is an empty CSV field and JSON null; numbers stay numbers.
@@ -48,7 +48,7 @@ const std::vector<std::string> kRunColumns = {
 // What leads each row of a per-run table: the run it belongs to.
 const std::vector<std::string> kRunKeyColumns = {"uuid", "label", "experiment", "device_name"};
 
-const std::set<std::string> kRunTables = {"steps", "epochs", "evals", "kernels"};
+const std::set<std::string> kRunTables = {"steps", "epochs", "evals", "kernels", "ranks"};
 
 std::string json_text(const json& v) {
   return v.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -247,7 +247,7 @@ bool check_choices(const ExportArgs& args) {
     return false;
   }
   if (args.table != "runs" && kRunTables.count(args.table) == 0) {
-    std::cerr << "xrun: --table " << args.table << ": expected runs, steps, epochs or kernels\n";
+    std::cerr << "xrun: --table " << args.table << ": expected runs, steps, epochs, evals, kernels or ranks\n";
     return false;
   }
   return true;

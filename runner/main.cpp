@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"csv", "json"}))
       ->capture_default_str();
   export_cmd->add_option("--table", exp.table, "What to export")
-      ->check(CLI::IsMember({"runs", "steps", "epochs", "evals", "kernels"}))
+      ->check(CLI::IsMember({"runs", "steps", "epochs", "evals", "kernels", "ranks"}))
       ->capture_default_str();
   export_cmd->add_option("-o,--output", exp.output, "Output file (default: standard output)");
   export_cmd->callback([&] { code = export_command(exp); });
@@ -218,7 +218,32 @@ int main(int argc, char** argv) {
   doctor_cmd->add_option("--threads", peak.threads,
                          "With --peak: threads to measure with (default: every core), as "
                          "train.threads");
+  bool doctor_allreduce = false;
+  xrun::cli::AllreduceArgs allreduce;
+  doctor_cmd->add_flag("--allreduce", doctor_allreduce,
+                       "Time the all-reduce of CPU ranks on this machine (gloo) from 1 MiB to "
+                       "--max-mb, with algorithm and bus bandwidth as nccl-tests reports them");
+  doctor_cmd->add_option("--ranks", allreduce.ranks, "With --allreduce: how many ranks")
+      ->capture_default_str();
+  doctor_cmd->add_option("--max-mb", allreduce.max_mb, "With --allreduce: the largest size (MiB)")
+      ->capture_default_str();
   doctor_cmd->callback([&] {
+    if (doctor_allreduce && (doctor_peak || doctor_json || !require.empty() ||
+                             doctor_cmd->count("--db") || doctor_cmd->count("--threads"))) {
+      std::cerr << "xrun: doctor --allreduce measures and prints; it takes only --ranks and "
+                   "--max-mb\n";
+      code = 2;
+      return;
+    }
+    if (!doctor_allreduce && (doctor_cmd->count("--ranks") || doctor_cmd->count("--max-mb"))) {
+      std::cerr << "xrun: doctor: --ranks and --max-mb go with --allreduce\n";
+      code = 2;
+      return;
+    }
+    if (doctor_allreduce) {
+      code = xrun::cli::allreduce_command(allreduce);
+      return;
+    }
     if (doctor_peak && (doctor_json || !require.empty())) {
       std::cerr << "xrun: doctor --peak measures and stores; it takes neither --json nor --require\n";
       code = 2;

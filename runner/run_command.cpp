@@ -26,6 +26,7 @@
 #include "engine/device/device_info.h"
 #include "engine/backend.h"
 #include "engine/distributed/communicator.h"
+#include "engine/distributed/rank_stats.h"
 #include "engine/trainer.h"
 #include "profiler/run_observers.h"
 #include "runner/commands.h"
@@ -334,6 +335,8 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     attach_peak(db, result.environment, cfg.train.precision, cfg.train.device.is_gpu(),
                 result.summary);
     add_roofline_finding(result);
+    if (FindingRecord f; dist::exposed_allreduce_finding(result.ranks, cfg.distributed.bucket_mb, f))
+      result.findings.push_back(f);
     db.write_findings(uuid, result.findings);
     db.write_trace(uuid, result.trace);
     db.write_layer_costs(uuid, result.layer_costs);

@@ -70,6 +70,7 @@ void GradientBuckets::work() {
       skip = error_ != nullptr;  // after a failure the ranks no longer agree
     }
     std::exception_ptr failed;
+    const auto t0 = std::chrono::steady_clock::now();
     if (!skip) {
       try {
         comm_.all_reduce_sum(grads_.data() + range.first, range.second - range.first);
@@ -77,9 +78,12 @@ void GradientBuckets::work() {
         failed = std::current_exception();
       }
     }
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (failed && !error_) error_ = failed;
+      busy_ms_ += ms;
       ++done_;
     }
     cv_.notify_all();
@@ -94,6 +98,8 @@ double GradientBuckets::finish() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return done_ == launched_; });
     failed = error_;
+    last_busy_ms_ = busy_ms_;
+    busy_ms_ = 0;
   }
   last_buckets_ = buckets_;
   buckets_ = 0;

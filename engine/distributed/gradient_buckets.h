@@ -42,6 +42,9 @@ class GradientBuckets {
   // step starts afresh.
   double finish();
   int buckets_last_step() const { return last_buckets_; }
+  // The time the all-reduces of the last step took on their thread (ms),
+  // hidden or not: what the bus bandwidth is measured over.
+  double busy_ms_last_step() const { return last_busy_ms_; }
 
  private:
   void launch(size_t begin, size_t end);
@@ -60,6 +63,7 @@ class GradientBuckets {
   std::condition_variable cv_;
   std::deque<std::pair<size_t, size_t>> queue_;
   size_t launched_ = 0, done_ = 0;
+  double busy_ms_ = 0, last_busy_ms_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
   std::thread worker_;

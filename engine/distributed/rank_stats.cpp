@@ -2,7 +2,9 @@
 #include "engine/distributed/rank_stats.h"
 
 #include <cmath>
+#include <iomanip>
 #include <limits>
+#include <sstream>
 
 namespace xrun::dist {
 
@@ -51,6 +53,35 @@ std::vector<RankRecord> gather_rank_records(Communicator& comm, RankRecord mine)
 double allreduce_bus_bandwidth(double bytes, double seconds, int ranks) {
   if (!(seconds > 0) || ranks < 1) return std::numeric_limits<double>::quiet_NaN();
   return bytes / seconds * 2.0 * (ranks - 1) / ranks;
+}
+
+bool exposed_allreduce_finding(const std::vector<RankRecord>& ranks, double bucket_mb,
+                               FindingRecord& out, double threshold) {
+  const RankRecord* worst = nullptr;
+  double share = 0;
+  for (const RankRecord& r : ranks) {
+    if (!(r.step_ms_median > 0)) continue;
+    const double s = r.allreduce_ms / r.step_ms_median;
+    if (!worst || s > share) worst = &r, share = s;
+  }
+  if (!worst || !(share > threshold)) return false;
+  std::ostringstream m;
+  m << std::fixed << std::setprecision(1) << "rank " << worst->rank << " waited "
+    << worst->allreduce_ms << " ms of its " << worst->step_ms_median << " ms step ("
+    << std::setprecision(0) << 100.0 * share
+    << "%) for the gradient all-reduce that the backward pass did not hide: "
+    << std::setprecision(1) << worst->bytes_reduced / 1048576.0 << " MiB per step";
+  if (std::isfinite(worst->bus_bytes_per_s))
+    m << " at " << std::setprecision(2) << worst->bus_bytes_per_s / 1e9 << " GB/s bus bandwidth";
+  if (bucket_mb > 0)
+    m << ", buckets of " << std::setprecision(1) << bucket_mb
+      << " MiB; a larger batch per rank (more compute per byte) or a faster interconnect "
+         "would shrink it";
+  else
+    m << ", one all-reduce after the backward pass; distributed.bucket_mb = 25 overlaps it "
+         "with the backward pass, a larger batch per rank gives more compute per byte";
+  out = {"allreduce_exposed", m.str(), share};
+  return true;
 }
 
 }  // namespace xrun::dist

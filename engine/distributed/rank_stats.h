@@ -27,4 +27,11 @@ std::vector<RankRecord> gather_rank_records(Communicator& comm, RankRecord mine)
 // each rank's link carries in a ring. NaN when seconds is not positive.
 double allreduce_bus_bandwidth(double bytes, double seconds, int ranks);
 
+// The `allreduce_exposed` finding: where the slowest rank's exposed
+// all-reduce is more than `threshold` of its median step, a FindingRecord
+// (value: that share) with the time, the bytes per step, the bus bandwidth
+// and the bucket size it saw, and what to try. false otherwise.
+bool exposed_allreduce_finding(const std::vector<RankRecord>& ranks, double bucket_mb,
+                               FindingRecord& out, double threshold = 0.2);
+
 }  // namespace xrun::dist

@@ -145,6 +145,10 @@ TEST_CASE("ranks: 2 ranks x batch 8 train the weights of 1 rank with accumulate 
     const auto shown = f.xrun("show 1 --db " + shell_quote(f.db()));
     CHECK_THAT(shown.output, Contains("2 processes, global batch 16") &&
                                  Contains("ranks (over the measured steps"));
+    const auto csv = f.xrun("export --table ranks --format csv --db " + shell_quote(f.db()));
+    CHECK(csv.status == 0);
+    CHECK_THAT(csv.output, Contains("rank,host,device,step_ms_median") && Contains(",0,") &&
+                               Contains(",1,"));
   }
 }
 
@@ -236,4 +240,21 @@ TEST_CASE("ranks: what cannot work with several ranks is refused before training
   CHECK(stray.status == 2);
   CHECK_THAT(stray.output, Contains("XRUN_RANK is set"));
   CHECK_FALSE(std::filesystem::exists(f.db()));  // nothing was even stored
+}
+
+TEST_CASE("doctor --allreduce times CPU ranks' all-reduce as nccl-tests reports it",
+          "[cli][ranks]") {
+  CliFixture f;
+  const auto r = f.xrun("doctor --allreduce --ranks 2 --max-mb 4");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Contains("gloo, 2 ranks") && Contains("busbw") &&
+                           Contains("     1 MiB") && Contains("     4 MiB"));
+  CHECK_THAT(r.output, !Contains("16 MiB"));
+  for (const std::string bad : {"doctor --allreduce --ranks 1", "doctor --allreduce --json",
+                                "doctor --allreduce --peak", "doctor --ranks 2",
+                                "doctor --allreduce --max-mb 0"}) {
+    INFO(bad);
+    CHECK(f.xrun(bad).status == 2);
+  }
 }

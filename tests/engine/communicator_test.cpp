@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/distributed/allreduce_probe.h"
 #include "engine/distributed/communicator.h"
 #include "engine/distributed/gradient_buckets.h"
 #include "engine/distributed/rank_stats.h"
@@ -213,4 +214,40 @@ TEST_CASE("gradient buckets: a failed all-reduce reaches finish", "[distributed]
   buckets.ready(0);
   CHECK_THROWS_WITH(buckets.finish(), Contains("rank 1 (pid 42) has ended"));
   CHECK(comm.calls == 1);  // the second bucket was not sent: the ranks no longer agree
+}
+
+TEST_CASE("ranks: the exposed all-reduce finding above a fifth of the step",
+          "[distributed][findings]") {
+  std::vector<RankRecord> ranks = {{0, "a", "cpu (cores 0)", 200, 0, 30, 94371840, 1.3e9},
+                                   {1, "a", "cpu (cores 1)", 200, 0, 10, 94371840, 1.4e9}};
+  FindingRecord f;
+  CHECK_FALSE(exposed_allreduce_finding(ranks, 25, f));  // 15%: hidden enough
+  ranks[1].allreduce_ms = 72;  // the slowest rank counts
+  REQUIRE(exposed_allreduce_finding(ranks, 0, f));
+  CHECK(f.check == "allreduce_exposed");
+  CHECK(f.value == Approx(0.36));
+  CHECK_THAT(f.message, Contains("rank 1 waited 72.0 ms of its 200.0 ms step (36%)") &&
+                            Contains("90.0 MiB per step at 1.40 GB/s bus bandwidth") &&
+                            Contains("distributed.bucket_mb = 25 overlaps it"));
+  REQUIRE(exposed_allreduce_finding(ranks, 25, f));
+  CHECK_THAT(f.message, Contains("buckets of 25.0 MiB"));
+  CHECK_FALSE(exposed_allreduce_finding({}, 25, f));
+}
+
+TEST_CASE("allreduce probe: sizes from 1 MiB by 4, each timed with nccl-tests' bandwidths",
+          "[distributed][gloo]") {
+  CHECK(allreduce_sizes(256 << 20) ==
+        std::vector<size_t>{1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20});
+  CHECK(allreduce_sizes(0) == std::vector<size_t>{1 << 20});
+  CHECK(allreduce_sizes(5 << 20) == std::vector<size_t>{1 << 20, 4 << 20});
+  xrun_test::ScratchDir dir;
+  const auto samples = measure_allreduce(3, {1 << 20, 4 << 20}, 2, dir.str());
+  REQUIRE(samples.size() == 2);
+  for (const AllreduceSample& s : samples) {
+    INFO(s.bytes);
+    CHECK(s.seconds > 0);
+    CHECK(s.algbw == Approx(static_cast<double>(s.bytes) / s.seconds));
+    CHECK(s.busbw == Approx(s.algbw * 4.0 / 3.0));  // 2 (n - 1) / n at n = 3
+  }
+  CHECK(samples[1].bytes == 4 << 20);
 }

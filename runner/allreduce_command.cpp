@@ -1,0 +1,55 @@
+// runner/allreduce_command.cpp: `xrun doctor --allreduce`: the all-reduce
+// a run's CPU ranks do on this machine (gloo over loopback), timed over
+// sizes from 1 MiB to --max-mb, with the algorithm and bus bandwidth as
+// nccl-tests' all_reduce_perf defines them (engine/distributed/
+// allreduce_probe.h). What the all-reduce of a run's gradients could cost
+// here, before training one.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "engine/distributed/allreduce_probe.h"
+#include "engine/distributed/communicator.h"
+#include "runner/commands.h"
+#include "runner/rank_launch.h"
+
+namespace xrun::cli {
+
+int allreduce_command(const AllreduceArgs& args) {
+  if (args.ranks < 2 || args.ranks > 64) {
+    std::cerr << "xrun: doctor --allreduce --ranks " << args.ranks << ": expected 2 to 64\n";
+    return kUsage;
+  }
+  if (args.max_mb < 1 || args.max_mb > 4096) {
+    std::cerr << "xrun: doctor --allreduce --max-mb " << args.max_mb << ": expected 1 to 4096\n";
+    return kUsage;
+  }
+  std::error_code ec;
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  const RendezvousDir meet((ec ? std::filesystem::path("/tmp") : tmp) / "xrun-allreduce");
+  if (!meet.ok()) {
+    std::cerr << "xrun: doctor --allreduce: cannot make a rendezvous folder " << meet.error() << "\n";
+    return kRunFailed;
+  }
+  constexpr int kIterations = 5;
+  std::cout << "all-reduce: gloo, " << args.ranks
+            << " ranks (threads of this process) over loopback TCP, float32 sum, mean of "
+            << kIterations << " after one untimed\n"
+            << "bus bandwidth = algorithm bandwidth x 2 (n - 1) / n (nccl-tests' definition)\n\n";
+  std::printf("%10s %12s %14s %14s\n", "size", "time", "algbw", "busbw");
+  std::fflush(stdout);
+  try {
+    const auto samples = dist::measure_allreduce(
+        args.ranks, dist::allreduce_sizes(static_cast<size_t>(args.max_mb) << 20), kIterations,
+        meet.path());
+    for (const dist::AllreduceSample& s : samples)
+      std::printf("%6zu MiB %9.2f ms %9.2f GB/s %9.2f GB/s\n", s.bytes >> 20, s.seconds * 1e3,
+                  s.algbw / 1e9, s.busbw / 1e9);
+  } catch (const dist::CommError& e) {
+    std::cerr << "xrun: doctor --allreduce: " << e.what() << "\n";
+    return kRunFailed;
+  }
+  return kOk;
+}
+
+}  // namespace xrun::cli
