@@ -158,6 +158,19 @@ CudaInfo query_cuda() {
     g.kernels_supported = lowest_arch == 0 || g.cc_major * 10 + g.cc_minor >= lowest_arch;
     info.gpus.push_back(std::move(g));
   }
+  if (info.gpus.size() >= 2) {
+    const size_t n = info.gpus.size();
+    info.peer_access.assign(n, std::vector<int>(n, -1));
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < n; ++j) {
+        int can = 0;
+        if (i == j) continue;
+        if (cudaDeviceCanAccessPeer(&can, info.gpus[i].index, info.gpus[j].index) == cudaSuccess)
+          info.peer_access[i][j] = can ? 1 : 0;
+        else
+          cudaGetLastError();
+      }
+  }
   if (count == 0) info.status = "no CUDA device";
   else info.status = std::to_string(count) + (count == 1 ? " GPU" : " GPUs");
   return info;

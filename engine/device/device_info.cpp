@@ -2,6 +2,7 @@
 // need CUDA headers: CPU and oneDNN, host and OS, NVML's driver release,
 // version formatting, precision rules, and the Environment record.
 #include "engine/device/device_info.h"
+#include "engine/device/interconnect.h"
 
 #include <dlfcn.h>
 #include <sched.h>
@@ -285,6 +286,11 @@ Environment collect_environment(const std::string& device) {
     f["clock_mhz"] = std::to_string(g.clock_mhz);
     f["memory_clock_mhz"] = std::to_string(g.memory_clock_mhz);
     f["memory_bus_width"] = std::to_string(g.memory_bus_width);
+    std::string why_not;  // the card's links, as NVML reports them
+    if (const auto links = query_gpu_links(g.pci_bus_id, why_not)) {
+      f["pcie_link"] = links_text(*links);
+      f["nvlinks_active"] = std::to_string(links->nvlinks_active);
+    }
   } else {
     f["cuda_status"] = cuda.gpus.empty() ? cuda.status
                                          : "no GPU " + std::to_string(cuda_index) + " (" +

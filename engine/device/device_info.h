@@ -60,6 +60,9 @@ struct CudaInfo {
   // GPU machine's cuDNN may be a Python wheel's, older than the headers.
   std::string cudnn_library, cublas_library, cupti_library;
   std::vector<GpuInfo> gpus;
+  // peer_access[i][j]: cudaDeviceCanAccessPeer(i, j) (1 or 0; -1 when the
+  // call failed); empty with fewer than two GPUs or without CUDA.
+  std::vector<std::vector<int>> peer_access;
 };
 
 // Never throws, never crashes without a driver (cudart, cuDNN, cuBLAS and

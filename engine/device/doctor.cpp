@@ -13,6 +13,7 @@
 
 #include "engine/device/device_info.h"
 #include "engine/device/gpu_peaks.h"
+#include "engine/device/interconnect.h"
 #include "xrun_version.h"
 
 namespace xrun {
@@ -147,6 +148,7 @@ nlohmann::json to_json(const CudaInfo& cuda, const CpuInfo& cpu) {
                                  std::to_string(cuda.cupti_api_compiled),
                                  std::to_string(cuda.cupti_api_loaded), cuda.cupti_library)}};
   j["gpus"] = std::move(gpus);
+  j["interconnect"] = interconnect_json(query_interconnect(cuda));
   j["cpu"] = {{"model", cpu.model},
               {"logical_cores", cpu.logical_cores},
               {"physical_cores", cpu.physical_cores},
@@ -215,6 +217,18 @@ void print_text(std::ostream& out, const CudaInfo& cuda, const CpuInfo& cpu,
     if (!g.kernels_supported)
       out << "  Not usable:         older than the architectures this build targets ("
           << cuda.cuda_architectures << ")\n";
+  }
+  if (!cuda.gpus.empty()) {
+    const Interconnect ic = query_interconnect(cuda);
+    out << "Interconnect:       " << allreduce_path(ic) << "\n";
+    if (!ic.nvml.empty()) out << "  " << ic.nvml << "\n";
+    else
+      for (const GpuLinks& g : ic.gpus) out << "  GPU " << g.index << ":             " << links_text(g) << "\n";
+    for (size_t i = 0; i < ic.peer.size(); ++i)
+      for (size_t k = 0; k < ic.peer.size(); ++k)
+        if (i != k)
+          out << "  Peer access " << i << " -> " << k << ":  "
+              << (ic.peer[i][k] == 1 ? "yes" : ic.peer[i][k] == 0 ? "no" : "unknown") << "\n";
   }
   if (cuda.gpus.empty())
     out << "No NVIDIA GPU: " << cuda.status << ". xrun will train on the CPU.\n\n";

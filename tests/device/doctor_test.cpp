@@ -132,6 +132,13 @@ TEST_CASE("doctor JSON report", "[device]") {
   CHECK(j.at("ok") == true);
   REQUIRE(j.at("gpus").is_array());
   CHECK(j.at("gpus").size() == cuda.gpus.size());
+  // The interconnect section is always there: a card each, the peer matrix
+  // with two or more, the all-reduce path.
+  const nlohmann::json& ic = j.at("interconnect");
+  CHECK(ic.at("gpus").size() == cuda.gpus.size());
+  CHECK(ic.at("peer_access").size() == (cuda.gpus.size() >= 2 ? cuda.gpus.size() : 0));
+  CHECK(ic.at("allreduce_path").is_string());
+  if (cuda.gpus.empty()) CHECK(ic.at("allreduce_path") == "no GPU");
   if (cuda.gpus.empty()) {
     CHECK(j.at("gpus") == nlohmann::json::array());
     CHECK(j.at("train_device") == "cpu");
