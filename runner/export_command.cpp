@@ -37,13 +37,15 @@ using Cells = std::vector<store::Cell>;
 
 // The columns `xrun runs --format csv` prints, then host, error, finished_at,
 // flops_per_step, peak_flops, peak_bytes_per_s, target_accuracy,
-// time_to_target_s, best_accuracy: all read from the run_summary view.
+// time_to_target_s, best_accuracy, ranks, global_batch: all read from the
+// run_summary view.
 const std::vector<std::string> kRunColumns = {
     "id", "uuid", "experiment", "sweep_index", "status", "label", "device", "device_name",
     "batch_size", "precision", "cudnn_benchmark", "workers", "throughput", "step_ms_median",
     "step_ms_p10", "step_ms_p90", "peak_memory_bytes", "test_accuracy", "achieved_flops",
     "fraction_of_peak", "started_at", "host", "error", "finished_at", "flops_per_step",
-    "peak_flops", "peak_bytes_per_s", "target_accuracy", "time_to_target_s", "best_accuracy"};
+    "peak_flops", "peak_bytes_per_s", "target_accuracy", "time_to_target_s", "best_accuracy",
+    "ranks", "global_batch"};
 
 // What leads each row of a per-run table: the run it belongs to.
 const std::vector<std::string> kRunKeyColumns = {"uuid", "label", "experiment", "device_name"};

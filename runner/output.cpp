@@ -220,6 +220,8 @@ json run_json(const store::RunInfo& r) {
           {"device", r.device},
           {"device_name", r.device_name},
           {"batch_size", r.batch_size},
+          {"ranks", r.ranks},
+          {"global_batch", r.global_batch},
           {"precision", r.precision},
           {"cudnn_benchmark", r.cudnn_benchmark},
           {"workers", r.workers},

@@ -49,7 +49,8 @@ int runs_command(const RunsArgs& args) {
                             "device", "device_name", "batch_size", "precision",
                             "cudnn_benchmark", "workers", "throughput", "step_ms_median",
                             "step_ms_p10", "step_ms_p90", "peak_memory_bytes", "test_accuracy",
-                            "achieved_flops", "fraction_of_peak", "started_at"};
+                            "achieved_flops", "fraction_of_peak", "started_at", "ranks",
+                            "global_batch"};
       for (size_t i = 0; i < std::size(cols); ++i) std::cout << (i ? "," : "") << cols[i];
       std::cout << "\n";
       for (const auto& r : runs) {
@@ -69,16 +70,19 @@ int runs_command(const RunsArgs& args) {
       // stored text (another program's, a merged store's) with its control
       // characters escaped.
       const auto t = [](const std::string& s) { return terminal_text(s); };
-      for (const auto& r : runs)
-        std::printf("%4lld  %-8s  %s %4d  %-11s %s %-7s %6d %-9s %9s %9s %9s %6s %7s\n",
+      for (const auto& r : runs) {
+        std::string batch = std::to_string(r.batch_size);  // "32x2": 32 on each of 2 ranks
+        if (r.ranks > 1) batch.append("x").append(std::to_string(r.ranks));
+        std::printf("%4lld  %-8s  %s %4d  %-11s %s %-7s %6s %-9s %9s %9s %9s %6s %7s\n",
                     static_cast<long long>(r.id), t(r.uuid.substr(0, 8)).c_str(),
                     fit(t(r.experiment), 16).c_str(), r.sweep_index, t(r.status).c_str(),
-                    fit(t(r.label), 14).c_str(), t(r.device).c_str(), r.batch_size,
+                    fit(t(r.label), 14).c_str(), t(r.device).c_str(), batch.c_str(),
                     t(r.precision).c_str(), r.throughput > 0 ? fixed(r.throughput, 1).c_str() : "-",
                     r.step_ms_median > 0 ? fixed(r.step_ms_median, 1).c_str() : "-",
                     flops_text(r.achieved_flops, "").c_str(),
                     fixed(100.0 * r.fraction_of_peak, 1).c_str(),
                     fixed(100.0 * r.test_accuracy, 2).c_str());
+      }
       std::printf("%zu run(s)\n", runs.size());
     }
     return kOk;

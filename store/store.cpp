@@ -158,7 +158,8 @@ constexpr const char* kInfoColumns =
     " s.config_hash, s.experiment_hash, s.started_at, s.finished_at, s.batch_size, s.precision,"
     " s.cudnn_benchmark, s.workers, s.throughput, s.step_ms_median, s.step_ms_p10,"
     " s.step_ms_p90, s.peak_memory_bytes, s.test_accuracy, s.final_loss, s.error,"
-    " s.achieved_flops, s.peak_flops, s.fraction_of_peak, s.target_accuracy, s.time_to_target_s";
+    " s.achieved_flops, s.peak_flops, s.fraction_of_peak, s.target_accuracy, s.time_to_target_s,"
+    " s.ranks, coalesce(s.global_batch, 0)";
 
 RunInfo read_info(const Statement& st) {
   RunInfo r;
@@ -191,6 +192,8 @@ RunInfo read_info(const Statement& st) {
   r.fraction_of_peak = st.real(26);
   r.target_accuracy = st.real(27);
   r.time_to_target_s = st.real(28);
+  r.ranks = static_cast<int>(st.int64(29));
+  r.global_batch = st.int64(30);
   return r;
 }
 

@@ -103,6 +103,10 @@ struct RunInfo {
   double achieved_flops = 0, peak_flops = 0, fraction_of_peak = 0;
   // measure.target_accuracy and the wall time to it (NaN: none, not reached).
   double target_accuracy = 0, time_to_target_s = 0;
+  // Processes that trained the run and its images per optimizer step over
+  // all of them (schema 10; 1 and 0 for runs stored before).
+  int ranks = 1;
+  int64_t global_batch = 0;
 };
 
 // Everything `xrun show` prints about one run.

@@ -167,7 +167,8 @@ const std::vector<std::string> kRunColumns = {
     "batch_size", "precision", "cudnn_benchmark", "workers", "throughput", "step_ms_median",
     "step_ms_p10", "step_ms_p90", "peak_memory_bytes", "test_accuracy", "achieved_flops",
     "fraction_of_peak", "started_at", "host", "error", "finished_at", "flops_per_step",
-    "peak_flops", "peak_bytes_per_s", "target_accuracy", "time_to_target_s", "best_accuracy"};
+    "peak_flops", "peak_bytes_per_s", "target_accuracy", "time_to_target_s", "best_accuracy",
+    "ranks", "global_batch"};
 const std::vector<std::string> kLead = {"uuid", "label", "experiment", "device_name"};
 
 // The expected header of a runs export: the run columns, then every setting

@@ -1,7 +1,8 @@
 // tests/cli/ranks_test.cpp: one run trained by several processes
 // (train.ranks, gloo over loopback), through the real binary: 2 ranks x
 // batch 8 give the weights of 1 rank with accumulate = 2 over the same
-// samples, bit for bit, for SGD with momentum and AdamW; every rank fed the
+// samples, bit for bit, for SGD with momentum and AdamW, in fp32 and (where
+// the CPU has bf16 kernels) bf16; every rank fed the
 // same batch gives one process's weights bit for bit; a rank killed mid-run
 // fails the run with the lost rank named and leaves no process behind;
 // Ctrl-C to the launcher stops every rank after the same step and stores the
@@ -16,6 +17,8 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/cli_util.h"
 #include "engine/checkpoint/safetensors.h"
@@ -89,16 +92,31 @@ TEST_CASE("ranks: 2 ranks x batch 8 train the weights of 1 rank with accumulate 
   // two fp32 values is the same whichever comes first, so the tolerance is
   // zero. Batch norm statistics are per rank (DDP's default): the running
   // means and variances differ, the trained parameters must not.
+  // bf16 too where this CPU has oneDNN bf16 kernels: activations in bf16,
+  // gradients summed in fp32 as in fp32 runs.
+  std::vector<std::string> precisions = {"fp32"};
+  {
+    CliFixture probe;
+    const auto doctor = probe.xrun("doctor --json");
+    const auto j = nlohmann::json::parse(doctor.output, nullptr, false);
+    if (!j.is_discarded() && j["cpu"]["train_precisions"].dump().find("bf16") != std::string::npos)
+      precisions.push_back("bf16");
+    else
+      WARN("bf16 ranks not checked: this CPU has no oneDNN bf16 kernels (AVX512_BF16 or AMX)");
+  }
+  for (const std::string& precision : precisions)
   for (const std::string optimizer :
        {"name = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n", "name = \"adamw\"\nlr = 2e-3\n"}) {
-    INFO(optimizer);
+    INFO(precision << " " << optimizer);
     CliFixture f;
     const std::string opt = "[train.optimizer]\n" + optimizer;
+    const std::string p = "precision = \"" + precision + "\"\n";
     const std::string two = f.write_experiment(
-        "two.toml", ranks_experiment(4, "ranks = 2\ncheckpoint = \"two.safetensors\"\n") + opt);
+        "two.toml",
+        ranks_experiment(4, p + "ranks = 2\ncheckpoint = \"two.safetensors\"\n") + opt);
     const std::string one = f.write_experiment(
         "one.toml",
-        ranks_experiment(4, "accumulate = 2\ncheckpoint = \"one.safetensors\"\n") + opt);
+        ranks_experiment(4, p + "accumulate = 2\ncheckpoint = \"one.safetensors\"\n") + opt);
     const auto r2 = f.xrun(run_args(f, two));
     INFO(r2.output);
     REQUIRE(r2.status == 0);
@@ -145,6 +163,10 @@ TEST_CASE("ranks: 2 ranks x batch 8 train the weights of 1 rank with accumulate 
     const auto shown = f.xrun("show 1 --db " + shell_quote(f.db()));
     CHECK_THAT(shown.output, Contains("2 processes, global batch 16") &&
                                  Contains("ranks (over the measured steps"));
+    const auto listed = f.xrun("runs --db " + shell_quote(f.db()));
+    CHECK_THAT(listed.output, Contains(" 8x2 "));  // batch 8 on each of 2 ranks
+    const auto listed_csv = f.xrun("runs --format csv --db " + shell_quote(f.db()));
+    CHECK_THAT(listed_csv.output, Contains(",ranks,global_batch") && Contains(",2,16"));
     const auto csv = f.xrun("export --table ranks --format csv --db " + shell_quote(f.db()));
     CHECK(csv.status == 0);
     CHECK_THAT(csv.output, Contains("rank,host,device,step_ms_median") && Contains(",0,") &&
