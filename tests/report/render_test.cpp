@@ -33,11 +33,19 @@ std::string chromium() {
 std::string screenshot(const std::string& browser, const xrun_test::ScratchDir& dir,
                        const std::string& html_path, const std::string& png_path) {
   using xrun_test::shell_quote;
-  const auto r = xrun_test::run_command(
+  const std::string command =
       "timeout 120 " + browser + " --headless --no-sandbox --disable-gpu --hide-scrollbars" +
       " --user-data-dir=" + shell_quote(dir.file("profile")) + " --enable-logging=stderr --v=0" +
       " --window-size=" + std::to_string(kWidth) + "," + std::to_string(kHeight) +
-      " --screenshot=" + shell_quote(png_path) + " " + shell_quote("file://" + html_path));
+      " --screenshot=" + shell_quote(png_path) + " " + shell_quote("file://" + html_path);
+  // The browser itself crashing (a signal, no timeout) says nothing about the
+  // page: seen once at start-up (SIGSEGV after 0.7 s) in CI's ASan run with
+  // the suite's other tests beside it. Up to two more tries, each said.
+  auto r = xrun_test::run_command(command);
+  for (int retry = 0; retry < 2 && r.status > 128 && r.status != 124; ++retry) {
+    WARN("Chromium ended by signal " << r.status - 128 << " before any page check; trying again");
+    r = xrun_test::run_command(command);
+  }
   INFO(r.output);
   REQUIRE(r.status == 0);
   std::istringstream lines(r.output);
