@@ -174,6 +174,16 @@ class OptimizerOp {
   // accumulation), in host memory: what data-parallel ranks sum before the
   // update. Empty where they live on a device (the CUDA engine: NCCL's part).
   virtual std::span<float> host_gradients() { return {}; }
+  // The same where they live on a device (the CUDA engine): the flat fp32
+  // gradients the next step() reads and the CUDA stream the update runs on,
+  // for NCCL to sum in place. Half-precision gradient mirrors are folded
+  // into the fp32 region first, so the update reads one summed region.
+  struct DeviceGradients {
+    float* data = nullptr;
+    size_t count = 0;
+    void* stream = nullptr;
+  };
+  virtual DeviceGradients device_gradients() { return {}; }
   // Optimizer state for checkpoints, canonical per parameter.
   virtual std::vector<std::string> state_names() const = 0;  // "exp_avg", "exp_avg_sq" / "momentum_buffer"
   // The state `which` (index into state_names) of one parameter, canonical layout.

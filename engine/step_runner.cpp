@@ -18,6 +18,7 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
       total_steps_(total_steps),
       accumulate_(cfg.train.accumulate),
       ranks_(parts.comm.size()),
+      reduce_(parts.comm.backend() != "local"),
       peak_lr_(scaled_lr(cfg.train.optimizer,
                          int64_t{batch} * cfg.train.accumulate * parts.comm.size())),
       scaler_(cfg.train.precision == Precision::fp16),
@@ -26,7 +27,7 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
                cfg.data.prefetch >= 2),
       per_layer_(cfg.train.per_layer_update && parts.optimizer.per_layer() &&
                  cfg.train.accumulate == 1 && !scaler_.enabled() && !cfg.train.cuda_graphs &&
-                 parts.comm.size() == 1) {
+                 parts.comm.backend() == "local") {
   if (ranks_ > 1 && accumulate_ == 1 && cfg.distributed.bucket_mb > 0) {
     const std::span<float> grads = parts.optimizer.host_gradients();
     std::vector<size_t> starts;
@@ -41,7 +42,7 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
           parts.comm, grads, std::move(starts),
           static_cast<size_t>(cfg.distributed.bucket_mb * 1024 * 1024));
   }
-  if (ranks_ > 1 && cfg.train.cuda_graphs)
+  if (reduce_ && cfg.train.cuda_graphs)
     throw TrainError("train.cuda_graphs records the whole step, which leaves no place for the "
                      "ranks to sum their gradients: not with train.ranks > 1");
   if (cfg.train.cuda_graphs && !device_)
@@ -115,12 +116,21 @@ void StepRunner::reduce_gradients(RunObserver& obs, bool measured) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   if (accumulate_ > 1) p_.optimizer.accumulate_end();
-  const std::span<float> grads = p_.optimizer.host_gradients();
-  if (grads.empty())
+  if (const std::span<float> grads = p_.optimizer.host_gradients(); !grads.empty()) {
+    p_.comm.all_reduce_sum(grads.data(), grads.size());
+    reduced_bytes = static_cast<double>(grads.size_bytes());
+  } else if (const OptimizerOp::DeviceGradients g = p_.optimizer.device_gradients();
+             g.data && p_.comm.sums_device_memory()) {
+    // Queued after the backward pass on the update's stream; the time
+    // includes waiting for that pass's kernels (the host runs ahead of them).
+    p_.comm.all_reduce_sum_device(g.data, g.count, g.stream);
+    reduced_bytes = static_cast<double>(g.count * sizeof(float));
+  } else {
     throw TrainError(p_.backend.name() + " keeps its gradients where " + p_.comm.backend() +
-                     " cannot sum them: not with train.ranks > 1");
-  p_.comm.all_reduce_sum(grads.data(), grads.size());
-  reduced_bytes = static_cast<double>(grads.size_bytes());
+                     " cannot sum them: " +
+                     (g.data ? "device memory needs distributed.backend = \"nccl\""
+                             : "host memory needs distributed.backend = \"gloo\""));
+  }
   if (measured) {
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -203,9 +213,9 @@ StepRecord StepRunner::step(const StepStart& at, RunObserver& obs) {
   } else if (per_layer_) {
     if (!overlap_) finish(rec);  // the update was done in the backward pass
   } else {
-    if (ranks_ > 1) reduce_gradients(obs, at.kind == StepKind::measured);  // ends accumulation too
+    if (reduce_) reduce_gradients(obs, at.kind == StepKind::measured);  // ends accumulation too
     PhaseScope phase(obs, Phase::optimizer);
-    if (accumulate_ > 1 && ranks_ == 1) p_.optimizer.accumulate_end();
+    if (accumulate_ > 1 && !reduce_) p_.optimizer.accumulate_end();
     p_.optimizer.step(os);
     if (!overlap_) finish(rec);
   }

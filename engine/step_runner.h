@@ -72,6 +72,7 @@ class StepRunner {
   int64_t steps_per_epoch_, total_steps_;
   int accumulate_;
   int ranks_;
+  bool reduce_;  // joined to others (even alone): the gradients are summed before the update
   double peak_lr_;
   LossScaler scaler_;
   DeviceHooks* device_;  // null on the CPU: no staging, no graphs

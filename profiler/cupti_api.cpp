@@ -6,21 +6,15 @@
 #include "profiler/cupti_api.h"
 
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 
 #include <mutex>
 #include <vector>
 
+#include "core/shared_library.h"
+
 namespace xrun::profiler {
 
 namespace {
-
-template <class F>
-bool bind(void* handle, const char* name, F& out, std::string& missing) {
-  out = reinterpret_cast<F>(dlsym(handle, name));
-  if (!out) missing += missing.empty() ? name : std::string(", ") + name;
-  return out != nullptr;
-}
 
 struct Loaded {
   CuptiApi api;
@@ -34,39 +28,30 @@ Loaded load() {
 #ifdef XRUN_CUPTI_LIBRARY
   names.push_back(XRUN_CUPTI_LIBRARY);
 #endif
-  void* handle = nullptr;
   std::string tried;
-  for (const std::string& name : names) {
-    handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle) {
-      l.api.library = name;
-      break;
-    }
-    const char* err = dlerror();
-    tried += (tried.empty() ? "" : "; ") + (err ? std::string(err) : name);
-  }
+  void* handle = open_first_library(names, l.api.library, tried);
   if (!handle) {
     l.why_not = "CUPTI is not installed or not on the library path (" + tried + ")";
     return l;
   }
   std::string missing;
   CuptiApi& a = l.api;
-  bind(handle, "cuptiGetVersion", a.get_version, missing);
-  bind(handle, "cuptiGetResultString", a.get_result_string, missing);
-  bind(handle, "cuptiGetCallbackName", a.get_callback_name, missing);
-  bind(handle, "cuptiGetTimestamp", a.get_timestamp, missing);
-  bind(handle, "cuptiActivityRegisterCallbacks", a.activity_register_callbacks, missing);
-  bind(handle, "cuptiActivityEnable", a.activity_enable, missing);
-  bind(handle, "cuptiActivityDisable", a.activity_disable, missing);
-  bind(handle, "cuptiActivityFlushAll", a.activity_flush_all, missing);
-  bind(handle, "cuptiActivityGetNextRecord", a.activity_get_next_record, missing);
-  bind(handle, "cuptiActivityGetNumDroppedRecords", a.activity_get_num_dropped_records, missing);
-  bind(handle, "cuptiActivityPushExternalCorrelationId",
+  bind_symbol(handle, "cuptiGetVersion", a.get_version, missing);
+  bind_symbol(handle, "cuptiGetResultString", a.get_result_string, missing);
+  bind_symbol(handle, "cuptiGetCallbackName", a.get_callback_name, missing);
+  bind_symbol(handle, "cuptiGetTimestamp", a.get_timestamp, missing);
+  bind_symbol(handle, "cuptiActivityRegisterCallbacks", a.activity_register_callbacks, missing);
+  bind_symbol(handle, "cuptiActivityEnable", a.activity_enable, missing);
+  bind_symbol(handle, "cuptiActivityDisable", a.activity_disable, missing);
+  bind_symbol(handle, "cuptiActivityFlushAll", a.activity_flush_all, missing);
+  bind_symbol(handle, "cuptiActivityGetNextRecord", a.activity_get_next_record, missing);
+  bind_symbol(handle, "cuptiActivityGetNumDroppedRecords", a.activity_get_num_dropped_records, missing);
+  bind_symbol(handle, "cuptiActivityPushExternalCorrelationId",
        a.activity_push_external_correlation_id, missing);
-  bind(handle, "cuptiActivityPopExternalCorrelationId", a.activity_pop_external_correlation_id,
+  bind_symbol(handle, "cuptiActivityPopExternalCorrelationId", a.activity_pop_external_correlation_id,
        missing);
-  bind(handle, "cuptiSetThreadIdType", a.set_thread_id_type, missing);
-  bind(handle, "cuptiGetThreadIdType", a.get_thread_id_type, missing);
+  bind_symbol(handle, "cuptiSetThreadIdType", a.set_thread_id_type, missing);
+  bind_symbol(handle, "cuptiGetThreadIdType", a.get_thread_id_type, missing);
   if (!missing.empty()) {
     l.why_not = a.library + " lacks " + missing + " (an older CUPTI than this build's)";
     return l;  // the handle stays open: harmless, and dlclose could unload a library in use

@@ -176,12 +176,18 @@ class Resolver {
                                   "or \"auto\"", true);
     if (device != "cpu" && backend == "gloo")
       rule("distributed.backend", "gloo joins CPU ranks here; GPU ranks use nccl (\"auto\")", true);
-    if (device != "cpu" && ranks > 1)
-      rule("train.ranks", "several GPU ranks need NCCL, which xrun does not drive yet; CPU ranks "
-                          "(train.device = \"cpu\") train through gloo", true);
-    if (ranks > 1 && get("train.per_layer_update") == true)
+    const bool launched = ranks > 1 || backend != "auto";
+    if (device != "cpu" && device != "cuda:0" && launched)
+      rule("train.device", "each GPU rank sees its own GPU as cuda:0 (xrun run gives rank r the "
+                           "r-th GPU through CUDA_VISIBLE_DEVICES): write \"cuda:0\"", true);
+    if (launched && get("train.per_layer_update") == true)
       rule("train.per_layer_update", "updates each layer before the ranks' gradients are "
-                                     "averaged: not with train.ranks > 1", true);
+                                     "averaged: not with train.ranks > 1 or a distributed.backend",
+           true);
+    if (launched && get("train.cuda_graphs") == true)
+      rule("train.cuda_graphs", "records the whole step, which leaves no place for the ranks to "
+                                "sum their gradients: not with train.ranks > 1 or a "
+                                "distributed.backend", true);
     if (get("train.cuda_graphs") == true && get("train.accumulate") != 1)
       rule("train.cuda_graphs", "cuda_graphs records one whole step: it needs train.accumulate = 1",
            true);

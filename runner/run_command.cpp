@@ -6,6 +6,7 @@
 // does not stop the sweep; Ctrl-C stops it after the current step.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include <pthread.h>
@@ -316,9 +318,11 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
   std::unique_ptr<dist::Communicator> comm;
   try {
     if (rank) {
-      comm = dist::connect_gloo(*rank);
+      comm = dist::connect(*rank, cfg.distributed.backend, cfg.train.device.is_gpu(),
+                           cfg.train.device.index);
       context.comm = comm.get();
-      display.message(std::to_string(rank->size) + " ranks joined through gloo");
+      display.message(std::to_string(rank->size) + (rank->size == 1 ? " rank" : " ranks") +
+                      " joined through " + comm->backend());
     }
     RunObservers observers;
     add_profiler_observers(observers, cfg, display);
@@ -515,7 +519,8 @@ int run_rank_worker(const RunSpec& spec, const dist::RankInfo& rank) {
   const RunConfig cfg = to_run_config(spec.config);
   InterruptGuard guard;
   try {
-    const std::unique_ptr<dist::Communicator> comm = dist::connect_gloo(rank);
+    const std::unique_ptr<dist::Communicator> comm = dist::connect(
+        rank, cfg.distributed.backend, cfg.train.device.is_gpu(), cfg.train.device.index);
     TrainContext context;
     context.config_hash = spec.config_hash;
     context.comm = comm.get();
@@ -530,6 +535,22 @@ int run_rank_worker(const RunSpec& spec, const dist::RankInfo& rank) {
     std::cerr << "xrun: rank " << rank.rank << ": " << e.what() << "\n";
     return kRunFailed;
   }
+}
+
+// The GPUs this process sees, by the names a child's CUDA_VISIBLE_DEVICES
+// takes: the entries of this process's own CUDA_VISIBLE_DEVICES where it is
+// set, else 0..count-1.
+std::vector<std::string> visible_gpus() {
+  const size_t count = query_cuda().gpus.size();
+  std::vector<std::string> out;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) {
+    std::stringstream in(v);
+    for (std::string item; std::getline(in, item, ',') && out.size() < count;)
+      if (!item.empty()) out.push_back(item);
+    return out;
+  }
+  for (size_t i = 0; i < count; ++i) out.push_back(std::to_string(i));
+  return out;
 }
 
 // A run with train.ranks = N > 1: N children, one per rank (runner/
@@ -549,6 +570,20 @@ Outcome run_ranks(store::Store& db, const Plan& plan, const RunSpec& spec, const
   if (const std::string problem = plan_slots(n, {}, usable_cpus(), slots); !problem.empty())
     return {store::RunStatus::failed, problem};
   for (const std::string& note : slots.notes) display.message(note);
+  // GPU ranks: rank r on the r-th GPU this process sees, as cuda:0 in its own.
+  const bool gpu = cfg.train.device.is_gpu();
+  std::string gpu_list;
+  if (gpu) {
+    const std::vector<std::string> visible = visible_gpus();
+    if (static_cast<int>(visible.size()) < n)
+      return {store::RunStatus::failed,
+              "train.ranks = " + std::to_string(n) + " needs " + std::to_string(n) +
+                  " GPUs, one per rank; this machine shows " + std::to_string(visible.size())};
+    for (int r = 0; r < n; ++r) {
+      slots.slots[r].gpu = visible[r];
+      gpu_list += (r ? "," : "") + visible[r];
+    }
+  }
   const RendezvousDir meet(db_path);
   if (!meet.ok())
     return {store::RunStatus::failed, "cannot make the ranks' rendezvous folder " + meet.error()};
@@ -559,13 +594,15 @@ Outcome run_ranks(store::Store& db, const Plan& plan, const RunSpec& spec, const
   launch.ranks = n;
   launch.rendezvous = meet.path();
   launch.timeout_s = cfg.distributed.timeout_s;
-  launch.pin = !cfg.train.device.is_gpu() && !slots.slots.front().cpus.empty();
+  launch.pin = !gpu && !slots.slots.front().cpus.empty();
   launch.argv = {exe, "run", experiment_copy, "--experiment-path", plan.file, "--db", db_path,
                  "--only", std::to_string(spec.index), "--expect-config", spec.config_hash,
                  "--sweep-position", std::to_string(position) + "/" + std::to_string(count)};
   for (const std::string& set : args.sets) launch.argv.insert(launch.argv.end(), {"--set", set});
   if (args.force) launch.argv.push_back("--force");
-  std::string how = std::to_string(n) + " ranks through gloo on this machine";
+  std::string how = std::to_string(n) + (n == 1 ? " rank" : " ranks") + " through " +
+                    dist::backend_for(cfg.distributed.backend, gpu) + " on this machine";
+  if (gpu) how += ", GPUs " + gpu_list + " (CUDA_VISIBLE_DEVICES, one each)";
   if (launch.pin) {
     how += ", each on cores of its own:";
     for (const Slot& slot : slots.slots) how += " " + cpu_list_text(slot.cpus);
@@ -786,11 +823,15 @@ int run_command(const RunArgs& args) {
   const auto ranks_of = [](const RunSpec* spec) {
     return spec->config.at("train").at("ranks").get<int>();
   };
-  const bool any_ranked = std::any_of(selected.begin(), selected.end(),
-                                      [&](const RunSpec* s) { return ranks_of(s) > 1; });
+  // Trained by ranks the launcher starts: several, or one joined through the
+  // backend the file names (the one-GPU NCCL check).
+  const auto launched = [&](const RunSpec* spec) {
+    return ranks_of(spec) > 1 || spec->config.at("distributed").value("backend", "auto") != "auto";
+  };
+  const bool any_ranked = std::any_of(selected.begin(), selected.end(), launched);
   if (parallel && any_ranked) {
-    std::cerr << "xrun: --parallel trains several runs at once; a run with train.ranks > 1 "
-                 "already takes several processes: run it without --parallel\n";
+    std::cerr << "xrun: --parallel trains several runs at once; a run with train.ranks > 1 (or "
+                 "a distributed.backend) takes processes of its own: run it without --parallel\n";
     return kUsage;
   }
   if (parallel) return run_parallel(args, plan, selected, db_path, slots, experiment_text);
@@ -804,12 +845,21 @@ int run_command(const RunArgs& args) {
     std::cerr << "xrun: " << e.what() << "\n";
     return kUsage;
   }
-  const bool is_rank = std::getenv("XRUN_RANK") != nullptr;
-  if (is_rank && (!child || ranks_of(selected[0]) != rank.size)) {
-    std::cerr << "xrun: XRUN_RANK is set (a rank of a run with train.ranks = " << rank.size
-              << ") but this is not one such run as `xrun run` starts its ranks\n";
+  const bool is_rank = rank.launched;
+  // `xrun run`'s ranks are its children (--expect-config); Slurm's are the
+  // tasks of one `xrun submit` job, each told one run (--only).
+  const bool slurm_rank = is_rank && !std::getenv("XRUN_RANK");
+  if (is_rank && (!(child || (slurm_rank && selected.size() == 1)) ||
+                  ranks_of(selected[0]) != rank.size)) {
+    std::cerr << "xrun: " << (slurm_rank ? "XRUN_RANKS_FROM=slurm" : "XRUN_RANK")
+              << " is set (a rank of a run with train.ranks = " << rank.size
+              << ") but this is not one such run as `xrun run` or `xrun submit` starts its "
+                 "ranks\n";
     return kUsage;
   }
+  if (is_rank && !rank.timeout_given)
+    rank.timeout = std::chrono::seconds(
+        selected[0]->config.at("distributed").value("timeout_s", 120));
   if (is_rank && rank.rank > 0) return run_rank_worker(*selected[0], rank);
   // The ranks of a run read the bytes this process planned, as --parallel's
   // children do.
@@ -843,7 +893,7 @@ int run_command(const RunArgs& args) {
         outcomes.push_back({spec, *skipped});
         continue;
       }
-      if (ranks_of(spec) > 1 && !is_rank) {
+      if (launched(spec) && !is_rank) {
         // The ranks' launcher passes stop signals on itself (run_children).
         if (g_interrupts.load() > 0) {
           interrupted = true;

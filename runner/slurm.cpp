@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -82,10 +83,12 @@ std::string slurm_batch_script(const SlurmJob& job) {
        (job.max_parallel > 0 ? "%" + std::to_string(job.max_parallel) : "") + "\n";
   s += "#SBATCH --output=" + shell_quote(job.results + "/logs/%A_%a.out") + "\n";
   s += "#SBATCH --chdir=" + shell_quote(job.workdir) + "\n";
-  s += "#SBATCH --ntasks=1\n";
+  s += "#SBATCH --ntasks=" + std::to_string(job.ranked ? job.ranks : 1) + "\n";
   if (!job.partition.empty()) s += "#SBATCH --partition=" + shell_quote(job.partition) + "\n";
+  // A ranked run: each rank a task with the cores and GPU a run would have.
   if (job.cpus_per_run > 0) s += "#SBATCH --cpus-per-task=" + std::to_string(job.cpus_per_run) + "\n";
-  if (job.gpus_per_run > 0) s += "#SBATCH --gpus-per-task=" + std::to_string(job.gpus_per_run) + "\n";
+  if (job.gpus_per_run > 0)
+    s += "#SBATCH --gpus-per-task=" + std::to_string(job.ranked ? 1 : job.gpus_per_run) + "\n";
   if (!job.mem.empty()) s += "#SBATCH --mem=" + shell_quote(job.mem) + "\n";
   if (!job.time.empty()) s += "#SBATCH --time=" + shell_quote(job.time) + "\n";
   s += "set -euo pipefail\n";
@@ -96,11 +99,41 @@ std::string slurm_batch_script(const SlurmJob& job) {
   }
   s += ")\n";
   s += "run=${runs[$SLURM_ARRAY_TASK_ID]}\n";
-  s += "exec " + shell_quote(job.xrun) + " run " + shell_quote(job.experiment) +
-       " --only \"$run\" --db " + shell_quote(job.results) + "/task-\"$run\".db";
-  for (const std::string& set : job.sets) s += " --set " + shell_quote(set);
-  s += "\n";
+  std::string command = shell_quote(job.xrun) + " run " + shell_quote(job.experiment) +
+                        " --only \"$run\" --db " + shell_quote(job.results) + "/task-\"$run\".db";
+  for (const std::string& set : job.sets) command += " --set " + shell_quote(set);
+  if (!job.ranked) return s + "exec " + command + "\n";
+  // The ranks: one srun task each, told their rank by Slurm (SLURM_PROCID),
+  // meeting in a folder of this array task's own on the shared results
+  // folder; srun ends the others when one fails.
+  s += "# " + std::to_string(job.ranks) +
+       " ranks: srun starts one task per rank; rank 0 stores the run.\n";
+  s += "export XRUN_RANKS_FROM=slurm\n";
+  s += "export XRUN_RENDEZVOUS=" + shell_quote(job.results) +
+       "/rendezvous-\"$SLURM_ARRAY_JOB_ID\"_\"$SLURM_ARRAY_TASK_ID\"\n";
+  s += "rm -rf \"$XRUN_RENDEZVOUS\"\n";
+  s += "mkdir -p \"$XRUN_RENDEZVOUS\"\n";
+  s += "trap 'rm -rf \"$XRUN_RENDEZVOUS\"' EXIT\n";
+  s += "srun --kill-on-bad-exit=1 " + command + "\n";
   return s;
+}
+
+std::vector<RunGroup> group_by_ranks(const Plan& plan, const std::vector<int>& runs) {
+  std::map<std::pair<bool, int>, std::vector<int>> by;
+  for (const int index : runs)
+    for (const RunSpec& spec : plan.runs)
+      if (spec.index == index) {
+        const int ranks = spec.config.at("train").at("ranks").get<int>();
+        const bool ranked =
+            ranks > 1 || spec.config.at("distributed").value("backend", "auto") != "auto";
+        by[{ranked, ranked ? ranks : 1}].push_back(index);
+      }
+  std::vector<RunGroup> out;
+  for (auto& [key, list] : by) {
+    std::sort(list.begin(), list.end());
+    out.push_back({key.first, key.second, std::move(list)});
+  }
+  return out;
 }
 
 std::vector<int> runs_left(const Plan& plan, const std::vector<int>& only,

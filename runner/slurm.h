@@ -1,7 +1,8 @@
 // runner/slurm.h: a planned sweep as a Slurm job array (`xrun submit`):
 // the batch script, one array task per planned run, each task training its
 // run with `xrun run FROZEN --only I --db DIR/task-I.db` (a store per task,
-// so no two tasks ever write one SQLite file over a shared file system),
+// so no two tasks ever write one SQLite file over a shared file system; a
+// ranked run's N Slurm tasks through srun, rank 0 storing),
 // and which planned runs are already complete in a results folder. Plain
 // functions of their inputs, tested without Slurm (tests/cli/submit_test.cpp).
 #pragma once
@@ -27,7 +28,25 @@ struct SlurmJob {
   std::string mem;                  // "" = the cluster's default; else Slurm's form (16G)
   std::string time;                 // "" = the partition's limit; else HH:MM:SS
   int max_parallel = 0;             // 0 = no limit on tasks running at once
+  // Runs trained by ranks (train.ranks > 1, or a distributed.backend named):
+  // each array task then asks for `ranks` Slurm tasks (--ntasks; with GPUs
+  // one per task) and starts them with srun, each joining as rank
+  // SLURM_PROCID (XRUN_RANKS_FROM=slurm) through a rendezvous folder
+  // results/rendezvous-JOB_TASK. Every run of one job has the same ranks.
+  bool ranked = false;
+  int ranks = 1;
 };
+
+// The planned runs `runs` of `plan` cut into the jobs they need: job arrays
+// cannot vary --ntasks, so the runs of one rank count go together (plain
+// runs first, then ranked ones by ascending ranks). Each group in ascending
+// run order.
+struct RunGroup {
+  bool ranked = false;
+  int ranks = 1;
+  std::vector<int> runs;
+};
+std::vector<RunGroup> group_by_ranks(const Plan& plan, const std::vector<int>& runs);
 
 // "" when every text of `job` can go into the batch script, else what is
 // wrong, naming the option it came from ("--partition holds a control

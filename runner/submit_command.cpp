@@ -7,7 +7,8 @@
 // change if FILE is edited while the job waits), writes the job array's
 // batch script beside it under a name no other submission holds
 // (runner/slurm.h: values with control characters refused, exit 2) and
-// submits it with `sbatch --parsable`. --dry-run prints the script and
+// submits it with `sbatch --parsable`; runs trained by several ranks go in
+// a job array of their own per rank count (--ntasks cannot vary in one). --dry-run prints the script and
 // writes and submits nothing.
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -204,44 +205,72 @@ int submit_command(const SubmitArgs& args) {
               << "; nothing to submit\n";
     return kOk;
   }
-  const std::string script = slurm_batch_script(job);
+  // One job per rank count (an array cannot vary --ntasks).
+  const std::vector<RunGroup> groups = group_by_ranks(plan, job.runs);
+  std::vector<SlurmJob> jobs;
+  for (const RunGroup& g : groups) {
+    SlurmJob j = job;
+    j.runs = g.runs;
+    j.ranked = g.ranked;
+    j.ranks = g.ranks;
+    jobs.push_back(std::move(j));
+  }
   if (args.dry_run) {
-    std::cout << script;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      if (jobs.size() > 1)
+        std::cout << (k ? "\n" : "") << "# ---- job " << k + 1 << " of " << jobs.size() << "\n";
+      std::cout << slurm_batch_script(jobs[k]);
+    }
     return kOk;
   }
 
-  std::string script_path;
   try {
     fs::create_directories(results / "logs");
     if (!frozen_exists) write_file(job.experiment, text);
-    script_path = write_new_script(results, utc_stamp(), script);
   } catch (const std::exception& e) {
     std::cerr << "xrun submit: " << e.what() << "\n";
     return kRunFailed;
   }
-  std::string out;
-  const int rc = run_program({"sbatch", "--parsable", script_path}, out, true);
-  if (rc != 0) {
-    std::cerr << "xrun submit: sbatch " << script_path << " failed (exit " << rc << "): " << out
-              << (rc == 127 ? "(is Slurm's sbatch on the PATH?)\n" : "");
-    return kRunFailed;
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    const SlurmJob& j = jobs[k];
+    std::string script_path;
+    try {
+      script_path = write_new_script(results, utc_stamp(), slurm_batch_script(j));
+    } catch (const std::exception& e) {
+      std::cerr << "xrun submit: " << e.what() << "\n";
+      return kRunFailed;
+    }
+    std::string out;
+    const int rc = run_program({"sbatch", "--parsable", script_path}, out, true);
+    if (rc != 0) {
+      std::cerr << "xrun submit: sbatch " << script_path << " failed (exit " << rc << "): " << out
+                << (rc == 127 ? "(is Slurm's sbatch on the PATH?)\n" : "")
+                << (k > 0 ? "(the jobs above were submitted; submitting again sends only what "
+                            "is left)\n"
+                          : "");
+      return kRunFailed;
+    }
+    const std::string job_id = out.substr(0, out.find_first_of(";\n"));
+    std::string runs;
+    for (int r : j.runs) {
+      if (!runs.empty()) runs += ',';
+      runs += std::to_string(r);
+    }
+    try {
+      // One line per job: job, script, frozen experiment, --set values
+      // (JSON), runs in array order (last: what `collect` reads).
+      std::ofstream(results / "jobs.tsv", std::ios::app)
+          << job_id << '\t' << script_path << '\t' << j.experiment << '\t'
+          << nlohmann::json(j.sets).dump() << '\t' << runs << '\n';
+    } catch (const std::exception&) {
+    }
+    std::cout << "submitted job " << job_id << ": " << j.runs.size() << " run(s) of " << plan.name
+              << " (" << runs << ")"
+              << (j.ranked ? ", " + std::to_string(j.ranks) + " Slurm task(s) per run, one per rank"
+                           : std::string())
+              << "\n";
   }
-  const std::string job_id = out.substr(0, out.find_first_of(";\n"));
-  std::string runs;
-  for (int r : job.runs) {
-    if (!runs.empty()) runs += ',';
-    runs += std::to_string(r);
-  }
-  try {
-    // One line per submission: job, script, frozen experiment, --set values
-    // (JSON), runs in array order (last: what `collect` reads).
-    std::ofstream(results / "jobs.tsv", std::ios::app)
-        << job_id << '\t' << script_path << '\t' << job.experiment << '\t'
-        << nlohmann::json(job.sets).dump() << '\t' << runs << '\n';
-  } catch (const std::exception&) {
-  }
-  std::cout << "submitted job " << job_id << ": " << job.runs.size() << " run(s) of " << plan.name
-            << " (" << runs << ")\nresults: " << results.string() << "\n";
+  std::cout << "results: " << results.string() << "\n";
   return kOk;
 }
 

@@ -112,6 +112,21 @@ class CudaOptimizer final : public OptimizerOp {
     from_sum_ = true;
   }
 
+  // What data-parallel ranks sum: the fp32 sum after accumulate_end, else
+  // the fp32 region with the half mirror folded in (and cleared, so apply()
+  // reads g32 + 0).
+  DeviceGradients device_gradients() override {
+    const int64_t n = be_.parameter_count();
+    if (from_sum_) return {be_.mirror_region("grad_accum"), static_cast<size_t>(n), be_.stream()};
+    float* g32 = be_.region(TensorRole::gradient);
+    if (be_.half_grads_region()) {
+      accumulate_gradients(g32, gradients(), n, /*first=*/true, be_.stream());
+      CUDA_CHECK(cudaMemsetAsync(be_.half_grads_region(), 0, static_cast<size_t>(n) * 2,
+                                 be_.stream()));
+    }
+    return {g32, static_cast<size_t>(n), be_.stream()};
+  }
+
   void read_state(int which, const Tensor* param, std::span<float> canonical) override {
     CudaTensor v = view(which, param);
     be_.read(&v, canonical);

@@ -2,6 +2,7 @@
 // query_cpu() and prints them for a person (text) or a program (JSON), then
 // answers whether the required device is usable.
 #include "engine/device/doctor.h"
+#include "engine/device/nccl_api.h"
 
 
 #include <cstdio>
@@ -147,6 +148,9 @@ nlohmann::json to_json(const CudaInfo& cuda, const CpuInfo& cpu) {
                {"cupti_api", lib(cuda.cupti_api_compiled, cuda.cupti_api_loaded,
                                  std::to_string(cuda.cupti_api_compiled),
                                  std::to_string(cuda.cupti_api_loaded), cuda.cupti_library)}};
+  bool nccl_ok = false;
+  const std::string nccl = nccl_library(&nccl_ok);
+  j["cuda"]["nccl"] = {{"loaded", nccl_ok}, {nccl_ok ? "library" : "why_not", nccl}};
   j["gpus"] = std::move(gpus);
   j["interconnect"] = interconnect_json(query_interconnect(cuda));
   j["cpu"] = {{"model", cpu.model},
@@ -196,6 +200,10 @@ void print_text(std::ostream& out, const CudaInfo& cuda, const CpuInfo& cpu,
         << loaded_vs_compiled(cuda.cupti_api_loaded > 0 ? std::to_string(cuda.cupti_api_loaded) : "",
                               std::to_string(cuda.cupti_api_compiled))
         << from(cuda.cupti_library) << "\n";
+    bool nccl_ok = false;
+    const std::string nccl = nccl_library(&nccl_ok);
+    out << "NCCL:           " << (nccl_ok ? nccl : "not available: " + nccl)
+        << "\n";
     out << "CUDA kernels:   built for " << (cuda.cuda_architectures.empty() ? "?" : cuda.cuda_architectures)
         << "\n";
   }

@@ -1,7 +1,8 @@
 // engine/distributed/communicator.h: the collectives data-parallel training
 // needs between the ranks of one run (train.ranks), behind one interface:
 // gloo between CPU processes (gloo_communicator.cpp, TCP, rendezvous through
-// a directory every rank can see) and a one-rank stand-in that does nothing.
+// a directory every rank can see), NCCL between GPUs (nccl_communicator.cpp,
+// the library loaded at run time) and a one-rank stand-in that does nothing.
 // Every call is collective: each rank makes the same calls in the same order
 // with the same sizes, or the run hangs until the timeout.
 #pragma once
@@ -27,11 +28,17 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string backend() const = 0;  // "gloo", "local"
+  virtual std::string backend() const = 0;  // "gloo", "nccl", "local"
   // Sums `n` values across the ranks, in place, on every rank (host memory).
   virtual void all_reduce_sum(float* data, size_t n) = 0;
   virtual void all_reduce_sum(double* data, size_t n) = 0;
   virtual void barrier() = 0;
+  // Whether all_reduce_sum_device works: device memory summed on the device.
+  virtual bool sums_device_memory() const { return false; }
+  // Sums `n` floats of device memory in place, queued on the CUDA stream
+  // `stream` after what is already there; returns once the sum is done (or
+  // CommError: a rank gone, or the timeout). Only where sums_device_memory().
+  virtual void all_reduce_sum_device(float* data, size_t n, void* stream);
 };
 
 // One rank: every collective leaves its data as it is.
@@ -43,6 +50,8 @@ class LocalCommunicator final : public Communicator {
   void all_reduce_sum(float*, size_t) override {}
   void all_reduce_sum(double*, size_t) override {}
   void barrier() override {}
+  bool sums_device_memory() const override { return true; }
+  void all_reduce_sum_device(float*, size_t, void*) override {}
 };
 
 // Where a rank finds the others: its own rank, how many there are, the
@@ -56,19 +65,45 @@ struct RankInfo {
   std::string rendezvous;
   std::string host = "127.0.0.1";
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+  bool launched = false;  // told by a launcher (xrun run's, or Slurm's srun)
+  bool timeout_given = false;  // XRUN_RANK_TIMEOUT_S was set (else the run's own)
 };
 
 // The ranks as the environment names them (XRUN_RANK, XRUN_WORLD_SIZE,
 // XRUN_RENDEZVOUS, XRUN_RANK_HOST, XRUN_RANK_TIMEOUT_S: set by `xrun run`'s
-// rank launcher for its children); nullopt-like size 1 when XRUN_RANK is
-// unset. std::invalid_argument when the variables are malformed.
+// rank launcher for its children), or with XRUN_RANKS_FROM=slurm (what
+// `xrun submit`'s batch script sets before srun starts one task per rank)
+// as Slurm names them: rank SLURM_PROCID of SLURM_NTASKS, listening on this
+// host's name (the others may be on other nodes), XRUN_RENDEZVOUS and
+// XRUN_RANK_TIMEOUT_S as above. One rank, not launched, when neither is
+// set. std::invalid_argument when the variables are malformed.
 RankInfo rank_info_from_environment();
+
+// Leaves "rank-R.pid" (this host's name and this process's id) in the
+// rendezvous directory: what lost_ranks reads. Every backend's connect does.
+void leave_pid_file(const RankInfo& info);
 
 // Joins the others through gloo over TCP (blocks until every rank has
 // joined or the timeout passes: CommError). Each rank also leaves
 // "rank-R.pid" (host and process id) in the rendezvous directory, so a
 // failed collective can say which ranks are gone.
 std::unique_ptr<Communicator> connect_gloo(const RankInfo& info);
+
+// Joins the others through NCCL on CUDA device `device` (this process's
+// numbering: a launched rank sees its own GPU as 0): rank 0 draws the unique
+// id and writes it as "nccl-id" into the rendezvous directory (written
+// whole, then renamed), the others wait for it; one rank needs no directory.
+// CommError when NCCL cannot be loaded (engine/device/nccl_api.h says
+// why), when this build has no NCCL, or when the ranks do not all join
+// within the timeout.
+std::unique_ptr<Communicator> connect_nccl(const RankInfo& info, int device);
+
+// What distributed.backend ("auto", "gloo", "nccl") joins a run's ranks
+// with: auto is NCCL between GPUs, gloo between CPU processes.
+std::string backend_for(const std::string& setting, bool gpu);
+// connect_nccl(info, device) or connect_gloo(info), as backend_for says.
+std::unique_ptr<Communicator> connect(const RankInfo& info, const std::string& setting, bool gpu,
+                                      int device);
 
 // The ranks of `info` whose rank-R.pid names a process of this host that
 // no longer runs ("rank 1 (pid 4242) has ended"); "" when none is known gone.

@@ -244,13 +244,48 @@ TEST_CASE("ranks: Ctrl-C stops every rank after the same step, the run stored in
   for (const pid_t pid : pids) CHECK_FALSE(alive(pid));
 }
 
+TEST_CASE("ranks: one rank joined through a named backend trains as a run without one",
+          "[cli][ranks]") {
+  // distributed.backend named with ranks = 1 goes through the launcher (one
+  // child, a rendezvous folder) and sums every gradient over the one rank
+  // before the update: the shape of check.sh's one-GPU NCCL run, here with
+  // gloo. A sum over one rank is the value itself: the same weights, bit for
+  // bit, batch norm statistics too (the one rank sees every sample).
+  CliFixture f;
+  const std::string opt = "[train.optimizer]\nname = \"adamw\"\nlr = 2e-3\n";
+  const std::string joined = f.write_experiment(
+      "joined.toml", ranks_experiment(3, "checkpoint = \"joined.safetensors\"\n") + opt +
+                         "[distributed]\nbackend = \"gloo\"\n");
+  const std::string plain = f.write_experiment(
+      "plain.toml", ranks_experiment(3, "checkpoint = \"plain.safetensors\"\n") + opt);
+  const auto rj = f.xrun(run_args(f, joined));
+  INFO(rj.output);
+  REQUIRE(rj.status == 0);
+  CHECK_THAT(rj.output, Contains("1 rank through gloo on this machine") &&
+                            Contains("[rank 0]") && Contains("1 rank joined through gloo"));
+  const auto rp = f.xrun(run_args(f, plain));
+  REQUIRE(rp.status == 0);
+  const Tensors a = read_floats(f.dir.file("joined.safetensors"));
+  const Tensors b = read_floats(f.dir.file("plain.safetensors"));
+  REQUIRE(a.size() == b.size());
+  for (const auto& [name, values] : a) {
+    INFO(name);
+    CHECK(mismatches(values, b.at(name)) == 0);
+  }
+  CHECK(f.sql("SELECT group_concat(ranks || 'x' || global_batch, ' ') FROM "
+              "(SELECT * FROM run_summary ORDER BY id)") == "1x8 1x8");
+  // Its all-reduce was timed (a per-rank row only with several ranks).
+  CHECK(f.sql("SELECT count(*) FROM phases WHERE run = 1 AND phase = 'allreduce'") == "1");
+  CHECK(f.sql("SELECT count(*) FROM phases WHERE run = 2 AND phase = 'allreduce'") == "0");
+}
+
 TEST_CASE("ranks: what cannot work with several ranks is refused before training",
           "[cli][ranks]") {
   CliFixture f;
   const std::string file = f.write_experiment("r.toml", ranks_experiment(4, "ranks = 2\n"));
   const auto parallel = f.xrun(run_args(f, file) + " --parallel 2");
   CHECK(parallel.status == 2);
-  CHECK_THAT(parallel.output, Contains("train.ranks > 1 already takes several processes"));
+  CHECK_THAT(parallel.output, Contains("takes processes of its own"));
   const auto per_layer = f.xrun(run_args(f, file) + " --set train.per_layer_update=true");
   CHECK(per_layer.status == 2);
   CHECK_THAT(per_layer.output, Contains("not with train.ranks > 1"));

@@ -262,6 +262,64 @@ TEST_CASE("Slurm: four runs submitted as a job array, trained, collected, resubm
   CHECK_THAT(again.output, Contains("every selected run is complete"));
 }
 
+TEST_CASE("Slurm: a run of 2 ranks is a job of 2 tasks started by srun, collected as one run",
+          "[cli][submit][slurm][ranks]") {
+  const std::string missing = SlurmCluster::missing();
+  INFO("not installed: " << missing << " (scripts/setup.sh installs slurm-wlm and munge)");
+  REQUIRE(missing.empty());
+  // train.ranks = [1, 2]: an array cannot vary --ntasks, so two jobs.
+  std::string text = four_runs();
+  text = text.substr(0, text.find("[sweep]")) + "[sweep]\ntrain.ranks = [1, 2]\n";
+  text.replace(text.find("steps = 2"), 9, "steps = 3");
+  CliFixture f;
+  f.write_experiment("ranked.toml", text);
+  const CommandResult dry = f.xrun("submit ranked.toml --slurm --results out --dry-run");
+  INFO(dry.output);
+  REQUIRE(dry.status == 0);
+  CHECK_THAT(dry.output, Contains("# ---- job 1 of 2") && Contains("# ---- job 2 of 2") &&
+                             Contains("#SBATCH --ntasks=1") && Contains("#SBATCH --ntasks=2") &&
+                             Contains("export XRUN_RANKS_FROM=slurm") &&
+                             Contains("srun --kill-on-bad-exit=1 "));
+
+  SlurmCluster cluster;
+  const CommandResult sub = f.xrun("submit ranked.toml --slurm --results out --cpus-per-run 1");
+  INFO(sub.output);
+  REQUIRE(sub.status == 0);
+  CHECK_THAT(sub.output, Contains("1 run(s) of tiny (0)\n") &&
+                             Contains("1 run(s) of tiny (1), 2 Slurm task(s) per run, one per rank"));
+  INFO("cluster logs: " << cluster.log_dir());
+  REQUIRE(cluster.wait_idle(300));
+  const CommandResult jobs = f.xrun("jobs --results out");
+  INFO(jobs.output);
+  CHECK_THAT(jobs.output, Contains("run 0  COMPLETED") && Contains("run 1  COMPLETED"));
+  const CommandResult c = f.xrun("collect out --into all.db");
+  INFO(c.output);
+  REQUIRE(c.status == 0);
+  const std::string db = shell_quote(f.dir.file("all.db"));
+  // One run per planned run (rank 1 stored nothing), the 2-rank one with its
+  // global batch, a row per rank, both on this node.
+  CHECK(run_command("sqlite3 " + db +
+                    " \"SELECT group_concat(status || ' ' || ranks || 'x' || global_batch, ', ') "
+                    "FROM (SELECT * FROM run_summary ORDER BY ranks)\"")
+            .output == "complete 1x8, complete 2x16\n");
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  CHECK(run_command("sqlite3 " + db + " \"SELECT group_concat(rank || ' ' || host, ', ') FROM "
+                                      "(SELECT * FROM ranks ORDER BY rank)\"")
+            .output == "0 " + std::string(host) + ", 1 " + std::string(host) + "\n");
+  const std::string log = read_bytes(f.dir.file("out/logs/" + [&] {
+    for (const auto& e : std::filesystem::directory_iterator(f.dir.file("out/logs")))
+      if (read_bytes(e.path().string()).find("2 ranks joined through gloo") != std::string::npos)
+        return e.path().filename().string();
+    return std::string("none");
+  }()));
+  CHECK_THAT(log, Contains("2 ranks joined through gloo"));
+  for (const auto& e : std::filesystem::directory_iterator(f.dir.file("out")))  // cleaned up
+    CHECK(e.path().filename().string().rfind("rendezvous-", 0) == std::string::npos);
+  const CommandResult again = f.xrun("submit ranked.toml --slurm --results out");
+  CHECK_THAT(again.output, Contains("every selected run is complete"));
+}
+
 TEST_CASE("Slurm: a run that fails is reported with its reason, resubmitting sends only it",
           "[cli][submit][slurm]") {
   REQUIRE(SlurmCluster::missing().empty());

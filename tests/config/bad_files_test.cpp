@@ -186,6 +186,20 @@ TEST_CASE("more error cases from text", "[config][errors]") {
     CHECK(e.key == "train.cuda_graphs");
     CHECK_THAT(e.what(), Catch::Contains("needs train.accumulate = 1"));
   }
+  SECTION("GPU ranks on a device other than cuda:0") {
+    auto e = error_of("name = \"t\"\n[train]\ndevice = \"cuda:1\"\nranks = 2\n", gpu_options());
+    CHECK(e.key == "train.device");
+    CHECK_THAT(e.what(), Catch::Contains("each GPU rank sees its own GPU as cuda:0"));
+  }
+  SECTION("GPU ranks with cuda_graphs, and gloo between GPUs") {
+    auto e = error_of("name = \"t\"\n[train]\ndevice = \"cuda:0\"\nranks = 2\ncuda_graphs = true\n",
+                      gpu_options());
+    CHECK(e.key == "train.cuda_graphs");
+    CHECK_THAT(e.what(), Catch::Contains("no place for the ranks to sum"));
+    auto g = error_of("name = \"t\"\n[train]\ndevice = \"cuda:0\"\nranks = 2\n"
+                      "[distributed]\nbackend = \"gloo\"\n", gpu_options());
+    CHECK(g.key == "distributed.backend");
+  }
   SECTION("per_layer_update on CUDA") {
     auto e = error_of("name = \"t\"\n[train]\ndevice = \"cuda:0\"\nper_layer_update = true\n",
                       gpu_options());

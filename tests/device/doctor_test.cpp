@@ -127,6 +127,14 @@ TEST_CASE("doctor JSON report", "[device]") {
           std::string::npos);
   }
   if (cuda.compiled_with_cuda) CHECK_FALSE(cuda.cudnn_library.empty());
+  // NCCL: loaded or why not, in every build; a library loaded is named
+  // with its version ("libnccl.so.2 (NCCL 2.28.9)").
+  const nlohmann::json& nccl = j.at("cuda").at("nccl");
+  if (nccl.at("loaded") == true)
+    CHECK_THAT(nccl.at("library").get<std::string>(), Catch::Contains("libnccl") &&
+                                                          Catch::Contains("(NCCL 2."));
+  else
+    CHECK_FALSE(nccl.at("why_not").get<std::string>().empty());
   CHECK(j.at("cuda").at("driver_version") == cuda.driver_version);
   CHECK(j.at("host") == hostname());
   CHECK(j.at("ok") == true);

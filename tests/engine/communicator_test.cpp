@@ -11,10 +11,13 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/backend.h"
+#include "engine/device/nccl_api.h"
 #include "engine/distributed/allreduce_probe.h"
 #include "engine/distributed/communicator.h"
 #include "engine/distributed/gradient_buckets.h"
 #include "engine/distributed/rank_stats.h"
+#include "skip.h"
 #include "test_util.h"
 
 using namespace xrun;
@@ -145,6 +148,35 @@ TEST_CASE("ranks: the environment a launched rank reads", "[distributed]") {
     unsetenv(v);
 }
 
+TEST_CASE("ranks: the environment a Slurm task reads (XRUN_RANKS_FROM=slurm)", "[distributed]") {
+  // What xrun submit's batch script sets before srun: the rank and count
+  // from Slurm, this node's name to listen on, the run's own timeout.
+  unsetenv("XRUN_RANK");
+  unsetenv("XRUN_RANK_HOST");
+  unsetenv("XRUN_RANK_TIMEOUT_S");
+  setenv("XRUN_RANKS_FROM", "slurm", 1);
+  setenv("SLURM_PROCID", "1", 1);
+  setenv("SLURM_NTASKS", "2", 1);
+  setenv("XRUN_RENDEZVOUS", "/shared/results/rendezvous-7_0", 1);
+  RankInfo i = rank_info_from_environment();
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  CHECK(i.launched);
+  CHECK(i.rank == 1);
+  CHECK(i.size == 2);
+  CHECK(i.host == host);
+  CHECK(i.rendezvous == "/shared/results/rendezvous-7_0");
+  CHECK_FALSE(i.timeout_given);  // the run's distributed.timeout_s then
+  setenv("SLURM_PROCID", "2", 1);
+  CHECK_THROWS_WITH(rank_info_from_environment(), Contains("SLURM_PROCID=2 is not below SLURM_NTASKS=2"));
+  unsetenv("SLURM_NTASKS");
+  CHECK_THROWS_WITH(rank_info_from_environment(), Contains("start the ranks with srun"));
+  setenv("XRUN_RANKS_FROM", "mpi", 1);
+  CHECK_THROWS_WITH(rank_info_from_environment(), Contains("XRUN_RANKS_FROM=mpi"));
+  for (const char* v : {"XRUN_RANKS_FROM", "SLURM_PROCID", "XRUN_RENDEZVOUS"}) unsetenv(v);
+  CHECK_FALSE(rank_info_from_environment().launched);
+}
+
 TEST_CASE("ranks: bus bandwidth as nccl-tests defines it", "[distributed]") {
   // 100 MB in 0.1 s over 4 ranks: algorithm bandwidth 1 GB/s, bus 2 x 3/4 of it.
   CHECK(allreduce_bus_bandwidth(100e6, 0.1, 4) == Approx(1.5e9));
@@ -250,4 +282,21 @@ TEST_CASE("allreduce probe: sizes from 1 MiB by 4, each timed with nccl-tests' b
     CHECK(s.busbw == Approx(s.algbw * 4.0 / 3.0));  // 2 (n - 1) / n at n = 3
   }
   CHECK(samples[1].bytes == 4 << 20);
+}
+
+TEST_CASE("nccl: where no GPU can run, joining is a CommError that says why", "[distributed]") {
+  // Without CUDA in the build: "built without NCCL"; with it but no usable
+  // GPU: NCCL (or CUDA) says what failed. Never a crash or a hang.
+  if (xrun::cuda_engine_available()) XRUN_SKIP("a GPU is here: test_cuda's nccl cases run");
+  bool loaded = false;
+  const std::string lib = xrun::nccl_library(&loaded);
+  INFO(lib);
+  CHECK_FALSE(lib.empty());
+  try {
+    connect_nccl(RankInfo{}, 0);
+    FAIL("joined NCCL without a usable GPU");
+  } catch (const CommError& e) {
+    INFO(e.what());
+    CHECK(std::string(e.what()).size() > 10);
+  }
 }

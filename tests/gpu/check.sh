@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/gpu/check.sh: every GPU check in one go, for a machine with an NVIDIA
 # GPU (a lent one is short-lived: this runs all of it from one command; each
-# stage has a time limit, 30 + 200 + 120 + 60 + 90 s: under 9 minutes at
-# worst):
+# stage has a time limit, 30 + 200 + 120 + 60 + 45 + 90 s: under 9 minutes
+# 30 at worst):
 #   1. setup    the binaries (the bundle in .device/, else ./build) and the
 #               CUDA libraries they load
 #   2. doctor   xrun doctor --require cuda (driver, CUDA, and which cuDNN,
@@ -21,14 +21,19 @@
 #               profile.cupti = "trace", pinned overlapped input and device
 #               augmentation and profile.layers: kernels, copies, CUPTI
 #               overhead, each layer's kernel time on the roofline, the GPU trace
-#   6. headline ResNet50 at 224x224, batch 256, bf16 and fp16: xrun, then
+#   6. nccl     one smoke run (fp16) again with distributed.backend = "nccl":
+#               launched as one rank (CUDA_VISIBLE_DEVICES, rendezvous folder),
+#               its gradients summed by NCCL before every update (the
+#               one-rank NCCL cases of the tests stage check the sums)
+#   7. headline ResNet50 at 224x224, batch 256, bf16 and fp16: xrun, then
 #               PyTorch eager (channels_last, autocast, the machine's own
 #               torch) on the same card, 5 warmup + 15 measured steps each:
 #               img/s and xrun's ratio (the fuller comparison is --bench)
 # then one line per stage: stage, result, seconds, key figure.
 #   tests/gpu/check.sh                     the checks above
 #   tests/gpu/check.sh STAGE [FILTER...]   setup, doctor and one stage only
-#                                          (tests | smoke | cupti | headline),
+#                                          (tests | smoke | cupti | nccl |
+#                                          headline),
 #                                          to rerun what failed; for tests,
 #                                          FILTER is Catch2's test spec
 #                                          ("cuda pooling*" "[parity]"), run
@@ -55,12 +60,12 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
 mode=check
-only=""         # one stage (tests | smoke | cupti | headline), "" for all
+only=""         # one stage (tests | smoke | cupti | nccl | headline), "" for all
 test_filter=()  # Catch2 test spec for the tests stage
 case "${1:-}" in
   "") ;;
   --bench) mode=bench ;;
-  tests | smoke | cupti | headline)
+  tests | smoke | cupti | nccl | headline)
     only=$1
     shift
     test_filter=("$@")
@@ -70,7 +75,7 @@ case "${1:-}" in
     exit 0
     ;;
   *)
-    echo "usage: tests/gpu/check.sh [--bench | tests|smoke|cupti|headline [FILTER...]]" >&2
+    echo "usage: tests/gpu/check.sh [--bench | tests|smoke|cupti|nccl|headline [FILTER...]]" >&2
     exit 2
     ;;
 esac
@@ -349,7 +354,35 @@ fi
 record cupti "$(result_of "$cupti_rc")" "$stage_s" "${key:--}"
 fi
 
-# ---- 6. headline ------------------------------------------------------------
+# ---- 6. nccl ----------------------------------------------------------------
+# The NCCL path of data-parallel training on the one GPU this machine has:
+# xrun's launcher starts one rank, which joins through NCCL and has NCCL sum
+# its gradients (fp16: the half mirror folded into the fp32 region first)
+# before each update. Several GPU ranks stay unverified until a machine with
+# several GPUs runs them.
+if wanted nccl; then
+  rm -f "$out"/nccl.db "$out"/nccl.db-*
+  run_stage nccl 45 "$xrun" run experiments/gpu-smoke.toml --db "$out/nccl.db" --force --only 5 \
+    "${steps[@]}" --set distributed.backend='"nccl"'
+  nccl_rc=$stage_rc
+  joined=$(grep -c 'joined through nccl' "$log")
+  "$xrun" runs --db "$out/nccl.db" --format csv >"$tmp/nccl.csv" 2>>"$log"
+  key="-"
+  if have_python && [ -s "$tmp/nccl.csv" ]; then
+    key=$(python3 - "$tmp/nccl.csv" "$joined" <<'PY' 2>>"$log"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+r = rows[0] if rows else {}
+print(f'{r.get("status", "no run")}, {r.get("throughput") or "-"} img/s; '
+      f'"joined through nccl" {"seen" if sys.argv[2] != "0" else "NOT seen"}')
+PY
+)
+  fi
+  [ "$joined" = 0 ] && nccl_rc=1
+  record nccl "$(result_of "$nccl_rc")" "$stage_s" "${key:--}"
+fi
+
+# ---- 7. headline ------------------------------------------------------------
 # The figure a user asks first, in the first call on a lent machine: ResNet50
 # at 224x224, batch 256, bf16 and fp16, xrun then PyTorch eager on this card.
 if wanted headline; then
@@ -395,7 +428,7 @@ fi
 # Each store as one file (SQLite's -wal and -shm folded in): fewer files to
 # carry back from a lent machine.
 if have_python; then
-  for db in "$out/gpu.db" "$out/cupti.db" "$out/headline.db"; do
+  for db in "$out/gpu.db" "$out/cupti.db" "$out/nccl.db" "$out/headline.db"; do
     [ -f "$db" ] && python3 - "$db" <<'PY' 2>>"$log"
 import sqlite3, sys
 c = sqlite3.connect(sys.argv[1])
