@@ -176,14 +176,17 @@ class OptimizerOp {
   virtual std::span<float> host_gradients() { return {}; }
   // The same where they live on a device (the CUDA engine): the flat fp32
   // gradients the next step() reads and the CUDA stream the update runs on,
-  // for NCCL to sum in place. Half-precision gradient mirrors are folded
-  // into the fp32 region first, so the update reads one summed region.
+  // for NCCL to sum in place. In fp16/bf16 runs part of each step's
+  // gradients sits in a half-precision mirror: fold_half_gradients moves
+  // [begin, end) of it into the fp32 region (queued on that stream) before
+  // that range is summed, so the update then reads the sums alone.
   struct DeviceGradients {
     float* data = nullptr;
     size_t count = 0;
     void* stream = nullptr;
   };
   virtual DeviceGradients device_gradients() { return {}; }
+  virtual void fold_half_gradients(size_t begin, size_t end) {}
   // Optimizer state for checkpoints, canonical per parameter.
   virtual std::vector<std::string> state_names() const = 0;  // "exp_avg", "exp_avg_sq" / "momentum_buffer"
   // The state `which` (index into state_names) of one parameter, canonical layout.

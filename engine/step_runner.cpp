@@ -28,8 +28,9 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
       per_layer_(cfg.train.per_layer_update && parts.optimizer.per_layer() &&
                  cfg.train.accumulate == 1 && !scaler_.enabled() && !cfg.train.cuda_graphs &&
                  parts.comm.backend() == "local") {
-  if (ranks_ > 1 && accumulate_ == 1 && cfg.distributed.bucket_mb > 0) {
-    const std::span<float> grads = parts.optimizer.host_gradients();
+  // Buckets during the backward pass wherever the ranks sum (a single
+  // joined rank too, so check.sh's one-GPU NCCL run goes through them).
+  if (reduce_ && accumulate_ == 1 && cfg.distributed.bucket_mb > 0) {
     std::vector<size_t> starts;
     for (const StateEntry& e : parts.model.state())
       if (e.kind == StateEntry::Kind::parameter && e.grad) {
@@ -37,10 +38,22 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
         grad_start_[e.tensor] = start;
         starts.push_back(start);
       }
-    if (!grads.empty() && !starts.empty())
+    const auto bytes = static_cast<size_t>(cfg.distributed.bucket_mb * 1024 * 1024);
+    const std::span<float> host = parts.optimizer.host_gradients();
+    const OptimizerOp::DeviceGradients device = parts.optimizer.device_gradients();
+    if (!starts.empty() && !host.empty()) {
+      buckets_ = std::make_unique<dist::GradientBuckets>(parts.comm, host, std::move(starts), bytes);
+      reduced_bytes = static_cast<double>(host.size_bytes());
+    } else if (!starts.empty() && device.data && parts.comm.sums_device_memory()) {
+      OptimizerOp& optimizer = parts.optimizer;
       buckets_ = std::make_unique<dist::GradientBuckets>(
-          parts.comm, grads, std::move(starts),
-          static_cast<size_t>(cfg.distributed.bucket_mb * 1024 * 1024));
+          parts.comm,
+          dist::GradientBuckets::DeviceRegion{
+              device.data, device.count, device.stream,
+              [&optimizer](size_t b, size_t e) { optimizer.fold_half_gradients(b, e); }},
+          std::move(starts), bytes);
+      reduced_bytes = static_cast<double>(device.count * sizeof(float));
+    }
   }
   if (reduce_ && cfg.train.cuda_graphs)
     throw TrainError("train.cuda_graphs records the whole step, which leaves no place for the "
@@ -106,7 +119,6 @@ void StepRunner::reduce_gradients(RunObserver& obs, bool measured) {
   PhaseScope phase(obs, Phase::allreduce);
   if (buckets_) {  // most of it went out during the backward pass
     const double waited = buckets_->finish();
-    reduced_bytes = static_cast<double>(p_.optimizer.host_gradients().size_bytes());
     if (measured) {
       allreduce_ms_measured += waited;
       allreduce_busy_ms_measured += buckets_->busy_ms_last_step();
@@ -123,6 +135,7 @@ void StepRunner::reduce_gradients(RunObserver& obs, bool measured) {
              g.data && p_.comm.sums_device_memory()) {
     // Queued after the backward pass on the update's stream; the time
     // includes waiting for that pass's kernels (the host runs ahead of them).
+    p_.optimizer.fold_half_gradients(0, g.count);
     p_.comm.all_reduce_sum_device(g.data, g.count, g.stream);
     reduced_bytes = static_cast<double>(g.count * sizeof(float));
   } else {

@@ -113,18 +113,23 @@ class CudaOptimizer final : public OptimizerOp {
   }
 
   // What data-parallel ranks sum: the fp32 sum after accumulate_end, else
-  // the fp32 region with the half mirror folded in (and cleared, so apply()
-  // reads g32 + 0).
+  // the fp32 region (with the half mirror folded in by fold_half_gradients).
   DeviceGradients device_gradients() override {
-    const int64_t n = be_.parameter_count();
-    if (from_sum_) return {be_.mirror_region("grad_accum"), static_cast<size_t>(n), be_.stream()};
-    float* g32 = be_.region(TensorRole::gradient);
-    if (be_.half_grads_region()) {
-      accumulate_gradients(g32, gradients(), n, /*first=*/true, be_.stream());
-      CUDA_CHECK(cudaMemsetAsync(be_.half_grads_region(), 0, static_cast<size_t>(n) * 2,
-                                 be_.stream()));
-    }
-    return {g32, static_cast<size_t>(n), be_.stream()};
+    const auto n = static_cast<size_t>(be_.parameter_count());
+    if (from_sum_) return {be_.mirror_region("grad_accum"), n, be_.stream()};
+    return {be_.region(TensorRole::gradient), n, be_.stream()};
+  }
+  // g32[i] = g32[i] + g16[i], g16[i] = 0 over [begin, end): apply() then
+  // reads g32 + 0, the same value as g32 + g16 unfolded.
+  void fold_half_gradients(size_t begin, size_t end) override {
+    if (from_sum_ || !be_.half_grads_region() || end <= begin) return;
+    GradientSource g = gradients();
+    float* g32 = be_.region(TensorRole::gradient) + begin;
+    g.g32 = g32;
+    char* g16 = static_cast<char*>(be_.half_grads_region()) + begin * 2;  // 2-byte halves
+    g.g16 = g16;
+    accumulate_gradients(g32, g, static_cast<int64_t>(end - begin), /*first=*/true, be_.stream());
+    CUDA_CHECK(cudaMemsetAsync(g16, 0, (end - begin) * 2, be_.stream()));
   }
 
   void read_state(int which, const Tensor* param, std::span<float> canonical) override {

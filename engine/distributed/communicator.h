@@ -39,6 +39,13 @@ class Communicator {
   // `stream` after what is already there; returns once the sum is done (or
   // CommError: a rank gone, or the timeout). Only where sums_device_memory().
   virtual void all_reduce_sum_device(float* data, size_t n, void* stream);
+  // The same without waiting (gradient buckets during the backward pass):
+  // queued after what `stream` holds so far, on a stream of the
+  // communicator's own, and returns at once. wait_device() then waits for
+  // every sum queued so, orders `stream`'s later work after them, and
+  // returns the time they took on the device (ms, summed).
+  virtual void all_reduce_sum_device_async(float* data, size_t n, void* stream);
+  virtual double wait_device(void* stream);
 };
 
 // One rank: every collective leaves its data as it is.
@@ -52,6 +59,8 @@ class LocalCommunicator final : public Communicator {
   void barrier() override {}
   bool sums_device_memory() const override { return true; }
   void all_reduce_sum_device(float*, size_t, void*) override {}
+  void all_reduce_sum_device_async(float*, size_t, void*) override {}
+  double wait_device(void*) override { return 0; }
 };
 
 // Where a rank finds the others: its own rank, how many there are, the

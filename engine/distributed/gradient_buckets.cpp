@@ -7,24 +7,49 @@
 
 namespace xrun::dist {
 
+namespace {
+
+// The pieces' starts ascending, once each, the first moved to 0 (anything
+// below the first parameter goes with it).
+std::vector<size_t> piece_starts(std::vector<size_t> pieces, size_t floats) {
+  std::sort(pieces.begin(), pieces.end());
+  pieces.erase(std::unique(pieces.begin(), pieces.end()), pieces.end());
+  if (pieces.empty() || pieces.back() >= floats)
+    throw std::invalid_argument("GradientBuckets: every piece must start inside the region");
+  pieces.front() = 0;
+  return pieces;
+}
+
+}  // namespace
+
 GradientBuckets::GradientBuckets(Communicator& comm, std::span<float> grads,
                                  std::vector<size_t> pieces, size_t bucket_bytes)
     : comm_(comm),
       grads_(grads),
-      starts_(std::move(pieces)),
+      starts_(piece_starts(std::move(pieces), grads.size())),
       bucket_floats_(std::max<size_t>(1, bucket_bytes / sizeof(float))) {
-  std::sort(starts_.begin(), starts_.end());
-  starts_.erase(std::unique(starts_.begin(), starts_.end()), starts_.end());
-  if (starts_.empty() || starts_.back() >= grads_.size())
-    throw std::invalid_argument("GradientBuckets: every piece must start inside the region");
-  starts_.front() = 0;  // anything below the first parameter goes with it
-  ready_.assign(starts_.size(), false);
-  frontier_ = starts_.size();
-  top_ = grads_.size();
+  reset();
   worker_ = std::thread([this] { work(); });
 }
 
+GradientBuckets::GradientBuckets(Communicator& comm, DeviceRegion region,
+                                 std::vector<size_t> pieces, size_t bucket_bytes)
+    : comm_(comm),
+      grads_(region.data, region.count),  // device memory: its bounds only, never read here
+      starts_(piece_starts(std::move(pieces), region.count)),
+      bucket_floats_(std::max<size_t>(1, bucket_bytes / sizeof(float))) {
+  device_ = std::move(region);
+  reset();
+}
+
+void GradientBuckets::reset() {
+  ready_.assign(starts_.size(), false);
+  frontier_ = starts_.size();
+  top_ = grads_.size();
+}
+
 GradientBuckets::~GradientBuckets() {
+  if (!worker_.joinable()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -45,6 +70,12 @@ void GradientBuckets::ready(size_t begin) {
 }
 
 void GradientBuckets::launch(size_t begin, size_t end) {
+  if (device_) {  // queued on the device; finish() waits
+    if (device_->before) device_->before(begin, end);
+    comm_.all_reduce_sum_device_async(device_->data + begin, end - begin, device_->stream);
+    ++buckets_;
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.emplace_back(begin, end);
@@ -93,6 +124,13 @@ void GradientBuckets::work() {
 double GradientBuckets::finish() {
   const auto t0 = std::chrono::steady_clock::now();
   if (top_ > 0) launch(0, top_);
+  if (device_) {
+    last_buckets_ = buckets_;
+    buckets_ = 0;
+    reset();
+    last_busy_ms_ = comm_.wait_device(device_->stream);  // rethrows a failed sum
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
   std::exception_ptr failed;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -103,9 +141,7 @@ double GradientBuckets::finish() {
   }
   last_buckets_ = buckets_;
   buckets_ = 0;
-  ready_.assign(starts_.size(), false);
-  frontier_ = starts_.size();
-  top_ = grads_.size();
+  reset();
   if (failed) std::rethrow_exception(failed);
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -7,13 +7,19 @@
 // what is left and waits. Every rank cuts the same buckets in the same order
 // (the same model reports the same layers in the same order), as the
 // collectives require. What finish() waits is the exposed time.
+// With gradients in device memory (NCCL) there is no thread: each bucket
+// is queued from ready() on the communicator's own stream after the
+// backward kernels queued so far (all_reduce_sum_device_async), and
+// finish() waits for them on the device.
 #pragma once
 
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <utility>
@@ -30,6 +36,17 @@ class GradientBuckets {
   // to the next one's start, the highest to the region's end, so padding
   // between them is reduced with them).
   GradientBuckets(Communicator& comm, std::span<float> grads, std::vector<size_t> pieces,
+                  size_t bucket_bytes);
+  // Device memory: `count` floats at `data`, summed after the work queued on
+  // CUDA stream `stream`; `before(begin, end)` runs first on each bucket's
+  // range (an fp16 run's half-precision gradients folded in).
+  struct DeviceRegion {
+    float* data = nullptr;
+    size_t count = 0;
+    void* stream = nullptr;
+    std::function<void(size_t, size_t)> before;
+  };
+  GradientBuckets(Communicator& comm, DeviceRegion region, std::vector<size_t> pieces,
                   size_t bucket_bytes);
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets&) = delete;
@@ -49,7 +66,9 @@ class GradientBuckets {
  private:
   void launch(size_t begin, size_t end);
   void work();
+  void reset();
 
+  std::optional<DeviceRegion> device_;
   Communicator& comm_;
   std::span<float> grads_;
   std::vector<size_t> starts_;  // ascending

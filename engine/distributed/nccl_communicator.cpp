@@ -15,6 +15,7 @@
 #include <fstream>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/device/nccl_api.h"
@@ -48,6 +49,11 @@ class NcclCommunicator final : public Communicator {
     if (scratch_) cudaFree(scratch_);
     if (stream_) cudaStreamDestroy(stream_);
     if (done_) cudaEventDestroy(done_);
+    if (queued_) cudaEventDestroy(queued_);
+    for (auto& [start, end] : timing_) {
+      cudaEventDestroy(start);
+      cudaEventDestroy(end);
+    }
   }
 
   int rank() const override { return info_.rank; }
@@ -59,6 +65,7 @@ class NcclCommunicator final : public Communicator {
     cuda_ok(cudaSetDevice(device_), "cudaSetDevice");
     cuda_ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda_ok(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_ok(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming), "cudaEventCreate");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     const ncclResult_t r = api().init_rank_config(&comm_, info_.size, id, info_.rank, &config);
@@ -69,6 +76,40 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_sum_device(float* data, size_t n, void* stream) override {
     if (n == 0) return;
     sum(data, n, ncclFloat, static_cast<cudaStream_t>(stream));
+  }
+  void all_reduce_sum_device_async(float* data, size_t n, void* stream) override {
+    if (n == 0) return;
+    if (pending_ == timing_.size()) {
+      std::pair<cudaEvent_t, cudaEvent_t> e{};
+      cuda_ok(cudaEventCreate(&e.first), "cudaEventCreate");
+      cuda_ok(cudaEventCreate(&e.second), "cudaEventCreate");
+      timing_.push_back(e);
+    }
+    // After what `stream` holds now (the backward kernels of these layers),
+    // on this communicator's stream, beside the rest of the backward pass.
+    cuda_ok(cudaEventRecord(queued_, static_cast<cudaStream_t>(stream)), "cudaEventRecord");
+    cuda_ok(cudaStreamWaitEvent(stream_, queued_, 0), "cudaStreamWaitEvent");
+    cuda_ok(cudaEventRecord(timing_[pending_].first, stream_), "cudaEventRecord");
+    const ncclResult_t r = api().all_reduce(data, data, n, ncclFloat, ncclSum, comm_, stream_);
+    if (r != ncclSuccess && r != ncclInProgress) fail("all-reduce", r);
+    settle("all-reduce");
+    cuda_ok(cudaEventRecord(timing_[pending_].second, stream_), "cudaEventRecord");
+    ++pending_;
+  }
+  double wait_device(void* stream) override {
+    if (pending_ == 0) return 0;
+    cuda_ok(cudaEventRecord(done_, stream_), "cudaEventRecord");
+    wait_quiet("all-reduce", Clock::now() + info_.timeout, done_, true);
+    cuda_ok(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done_, 0),
+            "cudaStreamWaitEvent");
+    double busy = 0;
+    for (size_t k = 0; k < pending_; ++k) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, timing_[k].first, timing_[k].second) == cudaSuccess)
+        busy += ms;
+    }
+    pending_ = 0;
+    return busy;
   }
   void all_reduce_sum(float* data, size_t n) override { host_sum(data, n, ncclFloat); }
   void all_reduce_sum(double* data, size_t n) override { host_sum(data, n, ncclDouble); }
@@ -101,8 +142,24 @@ class NcclCommunicator final : public Communicator {
   void sum(void* data, size_t n, ncclDataType_t type, cudaStream_t stream) {
     const ncclResult_t r = api().all_reduce(data, data, n, type, ncclSum, comm_, stream);
     if (r != ncclSuccess && r != ncclInProgress) fail("all-reduce", r);
+    settle("all-reduce");
     cuda_ok(cudaEventRecord(done_, stream), "cudaEventRecord");
     wait_quiet("all-reduce", Clock::now() + info_.timeout, done_, true);
+  }
+
+  // A non-blocking communicator may still be queuing the last call
+  // (ncclInProgress): NCCL asks for its state to settle before the next.
+  void settle(const char* what) {
+    const auto deadline = Clock::now() + info_.timeout;
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t q = api().get_async_error(comm_, &state);
+      if (q != ncclSuccess) state = q;
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) fail(what, state);
+      if (Clock::now() >= deadline) wait_quiet(what, deadline, nullptr, true);
+      std::this_thread::yield();
+    }
   }
 
   // Polls until the communicator is idle (no ncclInProgress) and `event`
@@ -166,6 +223,9 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
+  cudaEvent_t queued_ = nullptr;  // the caller's stream, before an async sum
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timing_;  // each async sum's start, end
+  size_t pending_ = 0;  // async sums queued since the last wait_device
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   bool failed_ = false;

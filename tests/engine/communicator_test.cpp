@@ -202,8 +202,24 @@ class RecordingComm final : public Communicator {
   }
   void all_reduce_sum(double*, size_t) override {}
   void barrier() override {}
+  // Device mode (NCCL's place): each queued sum recorded with the stream it
+  // follows, in the order `events` shows beside the folds; wait_device
+  // reports 1.5 ms a sum.
+  bool sums_device_memory() const override { return true; }
+  void all_reduce_sum_device_async(float* data, size_t n, void* stream) override {
+    const size_t b = static_cast<size_t>(data - base_);
+    ranges.emplace_back(b, b + n);
+    events.push_back("sum " + std::to_string(b) + ".." + std::to_string(b + n) +
+                     (stream == this ? " after the update's stream" : " after ?"));
+  }
+  double wait_device(void* stream) override {
+    events.push_back("wait");
+    const double ms = 1.5 * static_cast<double>(ranges.size());
+    return ms;
+  }
   std::mutex mu;
   std::vector<std::pair<size_t, size_t>> ranges;
+  std::vector<std::string> events;
   int calls = 0, fail_at = 0;
 
  private:
@@ -235,6 +251,41 @@ TEST_CASE("gradient buckets: cut at the top as gradients complete, the rest sent
   buckets.ready(60);
   buckets.finish();  // [60, 100) is 40 >= 25: sent as soon as 60 was ready
   CHECK(comm.ranges == std::vector<std::pair<size_t, size_t>>{{60, 100}, {0, 60}});
+}
+
+TEST_CASE("gradient buckets on a device: the same cuts, each range folded then queued",
+          "[distributed][buckets]") {
+  // Device memory (NCCL): no thread; each bucket's half-precision
+  // gradients are folded in, then its sum is queued after the update's
+  // stream, from ready() itself; finish() sends the rest and waits on the
+  // device, the time the sums took there as the busy time.
+  std::vector<float> region(100);  // stands for device memory: never read
+  RecordingComm comm(region.data());
+  void* stream = &comm;  // any token: passed through as the stream
+  GradientBuckets buckets(
+      comm,
+      GradientBuckets::DeviceRegion{region.data(), region.size(), stream,
+                                    [&](size_t b, size_t e) {
+                                      comm.events.push_back("fold " + std::to_string(b) + ".." +
+                                                            std::to_string(e));
+                                    }},
+      {60, 2, 90, 30, 10}, 100);
+  buckets.ready(90);
+  buckets.ready(30);
+  buckets.ready(60);
+  CHECK(comm.events == std::vector<std::string>{"fold 30..100", "sum 30..100 after the update's stream"});
+  buckets.ready(10);
+  buckets.ready(2);
+  CHECK(buckets.finish() >= 0);
+  CHECK(comm.ranges == std::vector<std::pair<size_t, size_t>>{{30, 100}, {0, 30}});
+  CHECK(comm.events.back() == "wait");
+  CHECK(comm.events.size() == 5);  // two folds, two sums, one wait
+  CHECK(buckets.buckets_last_step() == 2);
+  CHECK(buckets.busy_ms_last_step() == 3.0);
+  comm.ranges.clear();
+  buckets.ready(90);
+  buckets.finish();
+  CHECK(comm.ranges == std::vector<std::pair<size_t, size_t>>{{0, 100}});  // afresh: all at finish
 }
 
 TEST_CASE("gradient buckets: a failed all-reduce reaches finish", "[distributed][buckets]") {
