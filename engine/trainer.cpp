@@ -31,17 +31,11 @@ namespace {
 
 data::LoaderOptions loader_options(const RunConfig& cfg, int batch, bool training,
                                    Backend& backend, RunObserver& obs,
-                                   const dist::Communicator& comm) {
+                                   const dist::Communicator& comm, bool same_data) {
   data::LoaderOptions o;
   o.batch_size = batch;
-  o.rank = comm.rank();  // each rank its slice of every global batch
-  o.ranks = comm.size();
-  // Test hook (tests/cli/ranks_test.cpp): every rank reads what one process
-  // alone would, so N ranks must give that process's weights bit for bit.
-  if (const char* same = std::getenv("XRUN_TEST_RANKS_SAME_DATA"); same && *same == '1') {
-    o.rank = 0;
-    o.ranks = 1;
-  }
+  o.rank = same_data ? 0 : comm.rank();  // each rank its slice of every global batch
+  o.ranks = same_data ? 1 : comm.size();
   o.shuffle = training && cfg.data.shuffle;
   o.drop_last = training;
   o.random_crop = training && cfg.data.random_crop;
@@ -69,7 +63,8 @@ class Run final : public StepSource {
         comm(ctx.comm ? *ctx.comm : local_),
         obs_(obs),
         algo_cache_(ctx.algo_cache),
-        config_hash_(ctx.config_hash) {
+        config_hash_(ctx.config_hash),
+        same_data_(ctx.every_rank_reads_all) {
     if (comm.size() != cfg.train.ranks)
       throw TrainError("train.ranks = " + std::to_string(cfg.train.ranks) + " but " +
                        std::to_string(comm.size()) + " rank(s) joined");
@@ -111,10 +106,10 @@ class Run final : public StepSource {
     }
 
     train_loader = std::make_unique<data::Loader>(
-        *train_set, loader_options(cfg, batch, true, *backend, obs_, comm));
+        *train_set, loader_options(cfg, batch, true, *backend, obs_, comm, same_data_));
     if (test_set)
       test_loader = std::make_unique<data::Loader>(
-          *test_set, loader_options(cfg, batch, false, *backend, obs_, comm));
+          *test_set, loader_options(cfg, batch, false, *backend, obs_, comm, same_data_));
     steps_per_epoch = train_loader->batches_per_epoch() / cfg.train.accumulate;
     if (steps_per_epoch < 1)
       throw TrainError("the training set (" + std::to_string(train_set->size()) +
@@ -397,6 +392,7 @@ class Run final : public StepSource {
   RunObserver& obs_;
   const std::map<std::string, ConvAlgoChoice>& algo_cache_;
   std::string config_hash_;  // "" = none given
+  bool same_data_;           // TrainContext::every_rank_reads_all
 };
 
 // This rank's figures over the measured steps, gathered from every rank

@@ -33,6 +33,10 @@ struct TrainContext {
   // The run's ranks (train.ranks > 1: every rank calls train() with its own
   // communicator, rank 0's result is the run's); nullptr = one rank.
   dist::Communicator* comm = nullptr;
+  // Test hook (tests/cli/ranks_test.cpp, XRUN_TEST_RANKS_SAME_DATA=1 to
+  // xrun): every rank reads what one process alone would, so N ranks must
+  // give that process's weights bit for bit.
+  bool every_rank_reads_all = false;
 };
 
 // Trains per `cfg`. Throws TrainError, TrainInterrupted, data::DataError, or

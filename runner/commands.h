@@ -104,7 +104,8 @@ int runs_command(const RunsArgs& args);
 // into the store. attach_peak gives a run its device's FLOP/s peak for its
 // precision and its memory bandwidth peak: a CPU run from the store's
 // measurement (none until doctor --peak ran), a GPU run from its card's
-// published table row or architecture rate (engine/device/gpu_peaks.h).
+// published table row or architecture rate (engine/device/gpu_peaks.h);
+// a run of N ranks N times that, as its FLOP/s counts every rank's work.
 struct PeakArgs {
   std::string db = "xrun.db";
   int threads = 0;  // 0: every core this process may use

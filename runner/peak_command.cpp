@@ -56,8 +56,10 @@ int peak_command(const PeakArgs& args) {
   }
 }
 
-void attach_peak(const store::Store& db, const Environment& env, Precision precision, bool gpu,
-                 RunSummary& summary) {
+namespace {
+
+void attach_device_peak(const store::Store& db, const Environment& env, Precision precision,
+                        bool gpu, RunSummary& summary) {
   if (gpu) {
     const GpuPeak peak = gpu_peak(gpu_spec_from_environment(env), precision);
     if (peak.flops > 0) {
@@ -83,6 +85,25 @@ void attach_peak(const store::Store& db, const Environment& env, Precision preci
   if (peak->copy_bytes_per_s > 0) {
     summary.peak_bytes_per_s = peak->copy_bytes_per_s;
     summary.peak_bandwidth_source = "measured by xrun doctor --peak: a 256 MiB copy, " + measured;
+  }
+}
+
+}  // namespace
+
+void attach_peak(const store::Store& db, const Environment& env, Precision precision, bool gpu,
+                 RunSummary& summary) {
+  attach_device_peak(db, env, precision, gpu, summary);
+  // N ranks: N devices (or N shares of the cores, each measured at its own
+  // thread count) train the run, whose FLOP/s counts every rank's work.
+  if (summary.ranks <= 1) return;
+  const std::string times = " x " + std::to_string(summary.ranks) + " ranks";
+  if (summary.peak_flops > 0) {
+    summary.peak_flops *= summary.ranks;
+    summary.peak_source += times;
+  }
+  if (summary.peak_bytes_per_s > 0) {
+    summary.peak_bytes_per_s *= summary.ranks;
+    summary.peak_bandwidth_source += times;
   }
 }
 

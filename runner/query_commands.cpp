@@ -110,8 +110,7 @@ static std::string lr_rule(const std::map<std::string, std::string>& params) {
 
 // The layers furthest below their roof (profile.layers runs with peaks).
 static std::string roofline_text(const store::RunDetail& d) {
-  const analysis::Roofline r = analysis::make_roofline(d.kernels, d.layer_costs, d.summary.peak_flops,
-                                                       d.summary.peak_bytes_per_s);
+  const analysis::Roofline r = analysis::make_roofline(d.kernels, d.layer_costs, d.summary);
   if (r.points.empty()) return "";
   std::ostringstream o;
   if (!std::isfinite(r.ridge)) {
@@ -231,8 +230,7 @@ int show_command(const ShowArgs& args) {
                          {"test_loss", number_or_null(e.test_loss)},
                          {"test_accuracy", number_or_null(e.test_accuracy)}});
       j["evals"] = evals;
-      const analysis::Roofline roof = analysis::make_roofline(
-          d.kernels, d.layer_costs, d.summary.peak_flops, d.summary.peak_bytes_per_s);
+      const analysis::Roofline roof = analysis::make_roofline(d.kernels, d.layer_costs, d.summary);
       json points = json::array();
       for (const analysis::RooflinePoint& p : roof.points)
         points.push_back({{"layer", p.layer}, {"phase", p.phase}, {"calls", p.calls},

@@ -71,6 +71,13 @@ Roofline make_roofline(const std::vector<KernelRecord>& layer_times,
   return r;
 }
 
+Roofline make_roofline(const std::vector<KernelRecord>& layer_times,
+                       const std::vector<LayerCostRecord>& costs, const RunSummary& summary) {
+  const double ranks = summary.ranks > 1 ? static_cast<double>(summary.ranks) : 1.0;
+  return make_roofline(layer_times, costs, summary.peak_flops / ranks,
+                       summary.peak_bytes_per_s / ranks);
+}
+
 std::vector<RooflinePoint> furthest_below_roof(const Roofline& r, size_t n) {
   std::vector<RooflinePoint> out;
   for (const RooflinePoint& p : r.points)

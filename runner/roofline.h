@@ -50,6 +50,10 @@ struct Roofline {
 Roofline make_roofline(const std::vector<KernelRecord>& layer_times,
                        const std::vector<LayerCostRecord>& costs, double peak_flops,
                        double peak_bytes_per_s);
+// A run's roofline: its layer times are one rank's (rank 0's), so the roofs
+// are one device's peaks, the run's (all ranks') divided by its ranks.
+Roofline make_roofline(const std::vector<KernelRecord>& layer_times,
+                       const std::vector<LayerCostRecord>& costs, const RunSummary& summary);
 
 // The `n` passes that lose the most time against their roof (ms - ms_at_roof),
 // most first; none without peaks.

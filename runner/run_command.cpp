@@ -232,8 +232,7 @@ void add_profiler_observers(RunObservers& obs, const RunConfig& cfg, ProgressDis
 void add_roofline_finding(TrainResult& result) {
   if (result.layers.empty()) return;
   const analysis::Roofline r =
-      analysis::make_roofline(result.layers, result.layer_costs, result.summary.peak_flops,
-                              result.summary.peak_bytes_per_s);
+      analysis::make_roofline(result.layers, result.layer_costs, result.summary);
   FindingRecord f;
   if (analysis::memory_bound_finding(r, f)) result.findings.push_back(f);
 }
@@ -270,6 +269,13 @@ std::string complete_line(double throughput, double step_ms_median, double test_
     text += line;
   }
   return text;
+}
+
+// XRUN_TEST_RANKS_SAME_DATA=1 (tests/cli/ranks_test.cpp): every rank reads
+// what one process alone would (TrainContext::every_rank_reads_all).
+bool same_data_test_hook() {
+  const char* v = std::getenv("XRUN_TEST_RANKS_SAME_DATA");
+  return v && std::string(v) == "1";
 }
 
 // Trains one planned run and stores everything about it.
@@ -321,6 +327,7 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
       comm = dist::connect(*rank, cfg.distributed.backend, cfg.train.device.is_gpu(),
                            cfg.train.device.index);
       context.comm = comm.get();
+      context.every_rank_reads_all = same_data_test_hook();
       display.message(std::to_string(rank->size) + (rank->size == 1 ? " rank" : " ranks") +
                       " joined through " + comm->backend());
     }
@@ -524,6 +531,7 @@ int run_rank_worker(const RunSpec& spec, const dist::RankInfo& rank) {
     TrainContext context;
     context.config_hash = spec.config_hash;
     context.comm = comm.get();
+    context.every_rank_reads_all = same_data_test_hook();
     context.stop_requested = [] { return g_interrupts.load() > 0; };
     RunObservers observers;
     train(cfg, observers, context);

@@ -66,6 +66,10 @@ class NcclCommunicator final : public Communicator {
     cuda_ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda_ok(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
     cuda_ok(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming), "cudaEventCreate");
+    // The host sums' buffer, before the step loop (cudaMalloc synchronises
+    // the device); a larger gather grows it once.
+    scratch_bytes_ = 64 << 10;
+    cuda_ok(cudaMalloc(&scratch_, scratch_bytes_), "cudaMalloc for host-memory sums");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     const ncclResult_t r = api().init_rank_config(&comm_, info_.size, id, info_.rank, &config);

@@ -403,8 +403,7 @@ std::string roofline(const ReportData& data) {
   std::vector<std::string> charts;
   for (const ReportRun& r : data.runs) {
     const store::RunDetail& d = r.detail;
-    const analysis::Roofline roof = analysis::make_roofline(
-        d.kernels, d.layer_costs, d.summary.peak_flops, d.summary.peak_bytes_per_s);
+    const analysis::Roofline roof = analysis::make_roofline(d.kernels, d.layer_costs, d.summary);
     if (!roof.points.empty() && std::isfinite(roof.ridge)) charts.push_back(roofline_chart(r, roof));
   }
   const std::string body =

@@ -117,6 +117,9 @@ TEST_CASE("ranks: 2 ranks x batch 8 train the weights of 1 rank with accumulate 
     const std::string one = f.write_experiment(
         "one.toml",
         ranks_experiment(4, p + "accumulate = 2\ncheckpoint = \"one.safetensors\"\n") + opt);
+    // This CPU's peak at one thread, so both runs get a % of peak.
+    const bool peaks = precision == "fp32" && optimizer.find("sgd") != std::string::npos;
+    if (peaks) REQUIRE(f.xrun("doctor --peak --threads 1 --db " + shell_quote(f.db())).status == 0);
     const auto r2 = f.xrun(run_args(f, two));
     INFO(r2.output);
     REQUIRE(r2.status == 0);
@@ -154,6 +157,13 @@ TEST_CASE("ranks: 2 ranks x batch 8 train the weights of 1 rank with accumulate 
     CHECK(f.sql("SELECT group_concat(ranks || 'x' || global_batch, ' ') FROM "
                 "(SELECT * FROM run_summary ORDER BY id)") == "2x16 1x16");
     CHECK(f.sql("SELECT count(*) FROM ranks") == "2");
+    if (peaks) {
+      // Two ranks of one thread each: twice one thread's peak, so the % of
+      // peak compares the run's FLOP/s (both ranks' work) with both shares.
+      CHECK(f.sql_double("SELECT peak_flops FROM runs WHERE id = 1") ==
+            Approx(2 * f.sql_double("SELECT peak_flops FROM runs WHERE id = 2")));
+      CHECK_THAT(f.sql("SELECT peak_source FROM runs WHERE id = 1"), Contains(" x 2 ranks"));
+    }
     CHECK(f.sql("SELECT group_concat(rank, ',') FROM ranks") == "0,1");
     const double params = f.sql_double(
         "SELECT value FROM run_environment WHERE key = 'parameters' AND run = 1");

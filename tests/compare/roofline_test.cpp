@@ -100,6 +100,19 @@ TEST_CASE("roofline: without peaks, points but no roof and no finding", "[roofli
   CHECK(make_roofline(times(60), costs(), kPeak, 0).points[0].roof != kPeak);  // 0 = unknown
 }
 
+TEST_CASE("roofline: a run of N ranks has one device's roofs (its peaks are all ranks')",
+          "[roofline][ranks]") {
+  RunSummary summary;
+  summary.peak_flops = 2 * kPeak;  // two ranks: attach_peak doubled the device's
+  summary.peak_bytes_per_s = 2 * kBandwidth;
+  summary.ranks = 2;
+  const Roofline r = make_roofline(times(60), costs(), summary);
+  CHECK(r.peak_flops == kPeak);
+  CHECK(r.peak_bytes_per_s == kBandwidth);
+  summary.ranks = 1;
+  CHECK(make_roofline(times(60), costs(), summary).peak_flops == 2 * kPeak);
+}
+
 TEST_CASE("roofline: the memory-bound finding above half the layer time, with the fusion's saving",
           "[roofline]") {
   FindingRecord f;
