@@ -1,0 +1,367 @@
+// engine/data/tokens.cpp: see tokens.h.
+#include "engine/data/tokens.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "engine/data/file_read.h"
+#include "engine/data/loader.h"
+#include "engine/data/random.h"
+#include "engine/data/sources.h"
+
+namespace xrun::data {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int32_t kMagic = 20240520;  // llm.c's token files
+constexpr size_t kHeaderBytes = 256 * sizeof(int32_t);
+
+// A file mapped read-only for the life of the object.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) : path_(path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw DataError(path + ": not a regular file");
+    }
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        const int err = errno;
+        ::close(fd);
+        throw DataError(path + ": cannot map (" + std::strerror(err) + ")");
+      }
+      data_ = static_cast<const uint8_t*>(p);
+    }
+    ::close(fd);
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+int32_t le32(const uint8_t* p) {
+  return static_cast<int32_t>(uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 |
+                              uint32_t{p[3]} << 24);
+}
+
+// One checked .bin shard.
+struct Shard {
+  std::unique_ptr<MappedFile> file;
+  int width = 2;      // bytes per token: 2 (version 1) or 4 (version 2)
+  int64_t count = 0;  // tokens
+  uint32_t at(int64_t i) const {
+    const uint8_t* p = file->data() + kHeaderBytes + static_cast<size_t>(i) * width;
+    return width == 2 ? uint32_t{p[0]} | uint32_t{p[1]} << 8
+                      : static_cast<uint32_t>(le32(p));
+  }
+};
+
+Shard open_shard(const std::string& path, int vocab) {
+  Shard s;
+  s.file = std::make_unique<MappedFile>(path);
+  const MappedFile& f = *s.file;
+  if (f.size() < kHeaderBytes)
+    throw DataError(path + ": " + std::to_string(f.size()) +
+                    " bytes, shorter than llm.c's 1024-byte token-file header");
+  const uint8_t* h = f.data();
+  if (le32(h) != kMagic)
+    throw DataError(path + ": offset 0: magic " + std::to_string(le32(h)) +
+                    ", expected 20240520 (llm.c's token files; made by its data scripts)");
+  const int32_t version = le32(h + 4);
+  if (version != 1 && version != 2)
+    throw DataError(path + ": offset 4: version " + std::to_string(version) +
+                    ", expected 1 (uint16 tokens) or 2 (uint32 tokens)");
+  s.width = version == 1 ? 2 : 4;
+  const int32_t count = le32(h + 8);
+  if (count < 0)
+    throw DataError(path + ": offset 8: token count " + std::to_string(count) + " is negative");
+  s.count = count;
+  const size_t expected = kHeaderBytes + static_cast<size_t>(count) * s.width;
+  if (f.size() != expected)
+    throw DataError(path + ": " + std::to_string(f.size()) + " bytes, but its header promises " +
+                    std::to_string(count) + " tokens of " + std::to_string(s.width) + " bytes (" +
+                    std::to_string(expected) + " bytes): " +
+                    (f.size() < expected ? "truncated" : "trailing bytes"));
+  for (int64_t i = 0; i < s.count; ++i)
+    if (s.at(i) >= static_cast<uint32_t>(vocab))
+      throw DataError(path + ": offset " + std::to_string(kHeaderBytes + i * s.width) +
+                      ": token " + std::to_string(s.at(i)) + " (token " + std::to_string(i) +
+                      ") is not below the vocabulary size " + std::to_string(vocab));
+  return s;
+}
+
+class TokenFiles final : public TokenSource {
+ public:
+  TokenFiles(std::vector<Shard> shards, int vocab, std::string split, std::string where)
+      : shards_(std::move(shards)), vocab_(vocab), split_(std::move(split)), where_(std::move(where)) {
+    for (const Shard& s : shards_) ends_.push_back((ends_.empty() ? 0 : ends_.back()) + s.count);
+  }
+  int64_t size() const override { return ends_.empty() ? 0 : ends_.back(); }
+  int vocab() const override { return vocab_; }
+  std::vector<int64_t> file_ends() const override { return ends_; }
+  void read(int64_t start, int64_t count, int32_t* out) const override {
+    auto k = static_cast<size_t>(std::upper_bound(ends_.begin(), ends_.end(), start) - ends_.begin());
+    for (int64_t done = 0; done < count; ++start) {
+      while (k < ends_.size() && start >= ends_[k]) ++k;
+      if (k == ends_.size()) throw std::out_of_range("token read past the end");
+      const int64_t base = k == 0 ? 0 : ends_[k - 1];
+      out[done++] = static_cast<int32_t>(shards_[k].at(start - base));
+    }
+  }
+  std::string describe() const override {
+    return "tokens " + split_ + ": " + std::to_string(size()) + " tokens in " +
+           std::to_string(shards_.size()) + (shards_.size() == 1 ? " file" : " files") +
+           " from " + where_;
+  }
+
+ private:
+  std::vector<Shard> shards_;
+  std::vector<int64_t> ends_;
+  int vocab_;
+  std::string split_, where_;
+};
+
+// The first offset of `bytes` where UTF-8 is malformed, or -1.
+int64_t first_bad_utf8(const std::vector<uint8_t>& bytes) {
+  const size_t n = bytes.size();
+  for (size_t i = 0; i < n;) {
+    const uint8_t c = bytes[i];
+    int more = 0;
+    uint32_t min = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      more = 1, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      more = 2, min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      more = 3, min = 0x10000;
+    } else {
+      return static_cast<int64_t>(i);
+    }
+    if (i + more >= n) return static_cast<int64_t>(i);  // cut short at the end
+    uint32_t cp = c & (0x3F >> more);
+    for (int k = 1; k <= more; ++k) {
+      if ((bytes[i + k] & 0xC0) != 0x80) return static_cast<int64_t>(i);
+      cp = cp << 6 | (bytes[i + k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return static_cast<int64_t>(i);
+    i += static_cast<size_t>(more) + 1;
+  }
+  return -1;
+}
+
+class ByteTokens final : public TokenSource {
+ public:
+  ByteTokens(std::vector<uint8_t> bytes, std::string describe)
+      : bytes_(std::move(bytes)), describe_(std::move(describe)) {}
+  int64_t size() const override { return static_cast<int64_t>(bytes_.size()); }
+  int vocab() const override { return 256; }
+  void read(int64_t start, int64_t count, int32_t* out) const override {
+    if (start < 0 || start + count > size()) throw std::out_of_range("byte read past the end");
+    for (int64_t i = 0; i < count; ++i) out[i] = bytes_[static_cast<size_t>(start + i)];
+  }
+  std::string describe() const override { return describe_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+  std::string describe_;
+};
+
+class SyntheticTokens final : public TokenSource {
+ public:
+  SyntheticTokens(int64_t count, int vocab, uint64_t seed, std::string split)
+      : count_(count), vocab_(vocab), seed_(seed), split_(std::move(split)) {}
+  int64_t size() const override { return count_; }
+  int vocab() const override { return vocab_; }
+  // Token i hashed from (seed, split, i): any range, in any order, the same.
+  void read(int64_t start, int64_t count, int32_t* out) const override {
+    for (int64_t i = 0; i < count; ++i) {
+      uint64_t s = mix_seed(seed_, split_ == "train" ? 1 : 2, static_cast<uint64_t>(start + i),
+                            0x70c3);
+      out[i] = static_cast<int32_t>(
+          uniform_below(static_cast<uint64_t>(vocab_), [&] { return splitmix64(s); }));
+    }
+  }
+  std::string describe() const override {
+    return "synthetic tokens " + split_ + ": " + std::to_string(count_) + " uniform tokens below " +
+           std::to_string(vocab_);
+  }
+
+ private:
+  int64_t count_;
+  int vocab_;
+  uint64_t seed_;
+  std::string split_;
+};
+
+std::vector<fs::path> regular_files_in(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) out.push_back(e.path());
+  if (ec) throw DataError(dir.string() + ": cannot list (" + ec.message() + ")");
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<TokenSource> open_token_files(const std::string& path, Split split, int vocab) {
+  const bool train = split == Split::train;
+  std::error_code ec;
+  std::vector<fs::path> files;
+  if (fs::is_directory(path, ec)) {
+    for (const fs::path& f : regular_files_in(path)) {
+      const std::string name = f.filename().string();
+      if (f.extension() == ".bin" && name.find(train ? "train" : "val") != std::string::npos)
+        files.push_back(f);
+    }
+    if (files.empty()) {
+      if (!train) return nullptr;
+      throw DataError(path + ": no *train*.bin token files (llm.c's shards: NAME_train_000001.bin)");
+    }
+  } else if (fs::exists(path, ec)) {
+    if (train) {
+      files.push_back(path);
+    } else {
+      std::string name = fs::path(path).filename().string();
+      const size_t at = name.rfind("train");
+      if (at == std::string::npos) return nullptr;
+      name.replace(at, 5, "val");
+      const fs::path val = fs::path(path).parent_path() / name;
+      if (!fs::exists(val, ec)) return nullptr;
+      files.push_back(val);
+    }
+  } else {
+    throw DataError(path + ": no such token file or folder (data.path)");
+  }
+  std::vector<Shard> shards;
+  for (const fs::path& f : files) shards.push_back(open_shard(f.string(), vocab));
+  return std::make_unique<TokenFiles>(std::move(shards), vocab, split_name(split), path);
+}
+
+std::unique_ptr<TokenSource> open_text(const std::string& path, Split split) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  if (fs::is_directory(path, ec))
+    files = regular_files_in(path);
+  else if (fs::exists(path, ec))
+    files.push_back(path);
+  else
+    throw DataError(path + ": no such text file or folder (data.path)");
+  if (files.empty()) throw DataError(path + ": a folder without files");
+  std::vector<uint8_t> all;
+  for (const fs::path& f : files) {
+    const std::vector<uint8_t> bytes = read_file_bytes(f.string());
+    if (const int64_t bad = first_bad_utf8(bytes); bad >= 0)
+      throw DataError(f.string() + ": offset " + std::to_string(bad) +
+                      ": not UTF-8 (data.source = \"text\" reads UTF-8 text)");
+    all.insert(all.end(), bytes.begin(), bytes.end());
+  }
+  const size_t cut = all.size() / 10 * 9 + all.size() % 10 * 9 / 10;  // 90%, without overflow
+  const bool train = split == Split::train;
+  std::vector<uint8_t> part(train ? all.begin() : all.begin() + static_cast<std::ptrdiff_t>(cut),
+                            train ? all.begin() + static_cast<std::ptrdiff_t>(cut) : all.end());
+  const std::string what = "text " + std::string(split_name(split)) + ": " +
+                           std::to_string(part.size()) + " bytes (" +
+                           (train ? "the first 90%" : "the last 10%") + " of " +
+                           std::to_string(files.size()) + (files.size() == 1 ? " file" : " files") +
+                           " from " + path + ")";
+  return std::make_unique<ByteTokens>(std::move(part), what);
+}
+
+std::unique_ptr<TokenSource> synthetic_tokens(int64_t count, int vocab, uint64_t seed, Split split) {
+  if (count < 0 || vocab < 1) throw DataError("synthetic tokens: count and vocabulary must be positive");
+  return std::make_unique<SyntheticTokens>(count, vocab, seed, split_name(split));
+}
+
+std::vector<int64_t> window_starts(const TokenSource& src, int context, const std::string& what) {
+  std::vector<int64_t> starts;
+  int64_t begin = 0;
+  for (const int64_t end : src.file_ends()) {
+    for (int64_t s = begin; s + context + 1 <= end; s += context) starts.push_back(s);
+    begin = end;
+  }
+  if (starts.empty())
+    throw DataError(what + ": " + src.describe() + " is shorter than one window of " +
+                    std::to_string(context) + " tokens and its next-token target (" +
+                    std::to_string(context + 1) + " tokens in one file)");
+  return starts;
+}
+
+void token_batch(const TokenSource& src, const std::vector<int64_t>& starts,
+                 const int64_t* order, int64_t index, int batch, int context, int32_t* inputs,
+                 int32_t* targets) {
+  std::vector<int32_t> window(static_cast<size_t>(context) + 1);
+  for (int b = 0; b < batch; ++b) {
+    const int64_t pos = index * batch + b;
+    const int64_t w = order ? order[pos] : pos;
+    src.read(starts.at(static_cast<size_t>(w)), context + 1, window.data());
+    std::copy(window.begin(), window.end() - 1, inputs + static_cast<size_t>(b) * context);
+    std::copy(window.begin() + 1, window.end(), targets + static_cast<size_t>(b) * context);
+  }
+}
+
+TokenBatches::TokenBatches(const TokenSource& src, int batch, int context, uint64_t seed,
+                           bool shuffle, int rank, int ranks, const std::string& what)
+    : src_(src),
+      batch_(batch),
+      context_(context),
+      rank_(rank),
+      ranks_(ranks),
+      seed_(seed),
+      shuffle_(shuffle),
+      starts_(window_starts(src, context, what)) {
+  if (batch < 1 || ranks < 1 || rank < 0 || rank >= ranks)
+    throw std::invalid_argument("TokenBatches: batch >= 1 and 0 <= rank < ranks");
+  batches_ = windows() / (static_cast<int64_t>(batch) * ranks);
+  if (batches_ == 0)
+    throw DataError(what + ": " + src.describe() + " holds " + std::to_string(windows()) +
+                    " windows of " + std::to_string(context) + " tokens, fewer than one batch of " +
+                    std::to_string(static_cast<int64_t>(batch) * ranks) +
+                    (ranks > 1 ? " (batch x ranks)" : ""));
+  start_epoch(0);
+}
+
+void TokenBatches::start_epoch(int64_t epoch) {
+  if (!shuffle_) return;
+  order_.resize(starts_.size());
+  epoch_permutation(seed_, epoch, order_.data(), windows());
+}
+
+void TokenBatches::get(int64_t index, int32_t* inputs, int32_t* targets) const {
+  if (index < 0 || index >= batches_) throw std::out_of_range("token batch past the epoch's end");
+  // Batch `index` of rank r: global batch `index`, its r-th slice.
+  const int64_t slice = index * ranks_ + rank_;
+  token_batch(src_, starts_, shuffle_ ? order_.data() : nullptr, slice, batch_, context_, inputs,
+              targets);
+}
+
+}  // namespace xrun::data

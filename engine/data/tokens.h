@@ -1,0 +1,99 @@
+// engine/data/tokens.h: token streams for language-model training (issue
+// #25, model.arch = "gpt2"), one kind per data.source:
+//   "tokens"    llm.c's .bin files (a 256 x int32 header: magic 20240520,
+//               version 1 with uint16 tokens or 2 with uint32, the token
+//               count; then the tokens), one file or a folder of shards,
+//               read through mmap;
+//   "text"      any UTF-8 file or folder of them, byte-level (vocabulary 256,
+//               no tokenizer files), the first 90% of the bytes for training
+//               and the rest for validation;
+//   "synthetic" uniform tokens drawn from the seed, any length.
+// And the cut into training windows, as llm.c's loader cuts a file: window
+// w of a stream is tokens [wT, wT + T] (T inputs, the targets shifted by one
+// token); batch i without shuffling is windows iB .. iB + B - 1, so row b
+// holds tokens [(iB + b)T, (iB + b)T + T) and a run reads a file as llm.c
+// and PyTorch's nanoGPT-style loops read it; with shuffling the windows'
+// order is drawn per epoch from the seed as the image sources' is. Every
+// file is checked when it is opened (magic, version, length, each token
+// below the vocabulary, valid UTF-8): DataError naming the file and the
+// byte offset.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/data/dataset.h"
+
+namespace xrun::data {
+
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  virtual int64_t size() const = 0;  // tokens
+  virtual int vocab() const = 0;     // every token is below this
+  // Tokens [start, start + count) as int32. Thread-safe.
+  virtual void read(int64_t start, int64_t count, int32_t* out) const = 0;
+  // Where one file ends and the next begins (token positions, ascending,
+  // the last = size()): windows never cross them.
+  virtual std::vector<int64_t> file_ends() const { return {size()}; }
+  // One line for logs: "tokens train: 338025 tokens in 1 file from data/tiny_train.bin".
+  virtual std::string describe() const = 0;
+};
+
+// llm.c's .bin token files: `path` a file or a folder. A folder's shards
+// are its *.bin files whose names hold "train" (or "val" for
+// Split::test), in name order; a file trains, and its validation is the
+// file of the same name with "train" replaced by "val" where there is one
+// (else the test split is empty: nullptr). `vocab`: every token must be
+// below it (50257 for GPT-2's tokenizer).
+std::unique_ptr<TokenSource> open_token_files(const std::string& path, Split split, int vocab);
+
+// A UTF-8 file or a folder of files (regular files in name order, joined),
+// as bytes: vocabulary 256; Split::train the first 90%, test the rest.
+std::unique_ptr<TokenSource> open_text(const std::string& path, Split split);
+
+// `count` tokens uniform in [0, vocab), drawn from `seed` (and the split),
+// for throughput runs at any context length.
+std::unique_ptr<TokenSource> synthetic_tokens(int64_t count, int vocab, uint64_t seed, Split split);
+
+// Where each training window of `context` inputs starts in `src` (the
+// window reads context + 1 tokens: its targets are the next token each),
+// file by file, in order. DataError when not even one window fits.
+std::vector<int64_t> window_starts(const TokenSource& src, int context, const std::string& what);
+
+// Batch `index` of `batch` windows: inputs and targets, batch x context
+// int32 each, row b from window order[index * batch + b] (order: the
+// epoch's permutation of the windows, or nullptr for file order).
+void token_batch(const TokenSource& src, const std::vector<int64_t>& starts,
+                 const int64_t* order, int64_t index, int batch, int context, int32_t* inputs,
+                 int32_t* targets);
+
+// The batches of one epoch for one rank, as the image loader deals them:
+// the windows in file order (shuffle off: llm.c's cut) or in the epoch's
+// permutation drawn from the seed (data/loader.h's epoch_permutation); each
+// global batch is ranks x batch consecutive windows of that order and rank
+// r takes the r-th `batch` of them, so N ranks see what one process with
+// batch N x batch sees. Only whole global batches: the windows left over at
+// an epoch's end wait for the next epoch's order.
+class TokenBatches {
+ public:
+  TokenBatches(const TokenSource& src, int batch, int context, uint64_t seed, bool shuffle,
+               int rank = 0, int ranks = 1, const std::string& what = "data.path");
+  int64_t batches_per_epoch() const { return batches_; }
+  int64_t windows() const { return static_cast<int64_t>(starts_.size()); }
+  void start_epoch(int64_t epoch);
+  // This rank's batch `index` (< batches_per_epoch()) of the current epoch.
+  void get(int64_t index, int32_t* inputs, int32_t* targets) const;
+
+ private:
+  const TokenSource& src_;
+  int batch_, context_, rank_, ranks_;
+  uint64_t seed_;
+  bool shuffle_;
+  std::vector<int64_t> starts_, order_;
+  int64_t batches_ = 0;
+};
+
+}  // namespace xrun::data

@@ -1,0 +1,260 @@
+// tests/data/tokens_test.cpp: token streams (engine/data/tokens.h) on real
+// files written here in llm.c's format: batches cut as llm.c's loader cuts
+// a file (row b of batch i = tokens [(iB + b)T, (iB + b)T + T), targets one
+// token on), shards that windows never cross and their validation files,
+// version 2 (uint32) files, and every malformed file refused with the file
+// and the byte offset; UTF-8 text as bytes split 90/10 with bad UTF-8
+// refused where it is; synthetic tokens the same for any read.
+#include "catch2_compat.h"
+
+#include <filesystem>
+#include <numeric>
+
+#include "data_test_util.h"
+#include "engine/data/tokens.h"
+
+using namespace xrun::data;
+using namespace xrun::data::testing;
+using Catch::Contains;
+
+namespace {
+
+// An llm.c token file: the 256 x int32 header (magic, version, count), then
+// the tokens as uint16 (version 1) or uint32 (version 2).
+std::vector<uint8_t> token_file(const std::vector<uint32_t>& tokens, int version = 1,
+                                int64_t claimed = -1, int32_t magic = 20240520) {
+  std::vector<uint8_t> out(1024, 0);
+  const auto put32 = [&](size_t at, uint32_t v) {
+    for (int k = 0; k < 4; ++k) out[at + k] = static_cast<uint8_t>(v >> (8 * k));
+  };
+  put32(0, static_cast<uint32_t>(magic));
+  put32(4, static_cast<uint32_t>(version));
+  put32(8, static_cast<uint32_t>(claimed >= 0 ? claimed : static_cast<int64_t>(tokens.size())));
+  for (const uint32_t t : tokens)
+    for (int k = 0; k < (version == 1 ? 2 : 4); ++k) out.push_back(static_cast<uint8_t>(t >> (8 * k)));
+  return out;
+}
+
+std::vector<uint32_t> counting(size_t n, uint32_t from = 0) {
+  std::vector<uint32_t> v(n);
+  std::iota(v.begin(), v.end(), from);
+  return v;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "no DataError";
+}
+
+}  // namespace
+
+TEST_CASE("token files: batches as llm.c's loader cuts the file", "[data][tokens]") {
+  TempDir dir;
+  const std::string file = dir.file("tiny_train.bin");
+  write_bytes(file, token_file(counting(50)));  // token k at position k
+  const auto src = open_token_files(file, Split::train, 50257);
+  REQUIRE(src);
+  CHECK(src->size() == 50);
+  CHECK_THAT(src->describe(), Contains("50 tokens in 1 file"));
+  const int B = 2, T = 4;
+  const std::vector<int64_t> starts = window_starts(*src, T, "data.path");
+  CHECK(starts.size() == 12);  // (50 - 1) / 4: the last window [44, 48] ends before 49
+  for (int64_t i = 0; i < 6; ++i) {
+    std::vector<int32_t> x(B * T), y(B * T);
+    token_batch(*src, starts, nullptr, i, B, T, x.data(), y.data());
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t) {
+        INFO("batch " << i << " row " << b << " position " << t);
+        CHECK(x[b * T + t] == (i * B + b) * T + t);      // tokens[(iB + b)T + t]
+        CHECK(y[b * T + t] == (i * B + b) * T + t + 1);  // the next token
+      }
+  }
+  // A shuffled epoch takes the same windows in the order given.
+  const std::vector<int64_t> order = {11, 0, 5, 3};
+  std::vector<int32_t> x(B * T), y(B * T);
+  token_batch(*src, starts, order.data(), 1, B, T, x.data(), y.data());
+  CHECK(x[0] == 5 * T);
+  CHECK(x[T] == 3 * T);
+  // No validation file beside it: no test split.
+  CHECK(open_token_files(file, Split::test, 50257) == nullptr);
+}
+
+TEST_CASE("token files: a folder of shards, windows inside each, validation by name",
+          "[data][tokens]") {
+  TempDir dir;
+  write_bytes(dir.file("d_train_000001.bin"), token_file(counting(10, 100)));
+  write_bytes(dir.file("d_train_000002.bin"), token_file(counting(7, 200)));
+  write_bytes(dir.file("d_val_000000.bin"), token_file(counting(9, 300)));
+  write_bytes(dir.file("notes.txt"), std::vector<uint8_t>{'h', 'i'});
+  const auto train = open_token_files(dir.str(), Split::train, 1000);
+  REQUIRE(train);
+  CHECK(train->size() == 17);
+  CHECK(train->file_ends() == std::vector<int64_t>{10, 17});
+  CHECK_THAT(train->describe(), Contains("17 tokens in 2 files"));
+  // T = 3, each window reading 4 tokens: shard 1 (10 tokens) has windows at
+  // 0, 3, 6 (9 + 4 > 10), shard 2 (positions 10..16) at 10, 13 (16 + 4 > 17):
+  // none crosses from one file into the next.
+  CHECK(window_starts(*train, 3, "data.path") == std::vector<int64_t>{0, 3, 6, 10, 13});
+  std::vector<int32_t> x(3), y(3);
+  token_batch(*train, window_starts(*train, 3, "data.path"), nullptr, 3, 1, 3, x.data(), y.data());
+  CHECK(x == std::vector<int32_t>{200, 201, 202});
+  CHECK(y == std::vector<int32_t>{201, 202, 203});
+  const auto val = open_token_files(dir.str(), Split::test, 1000);
+  REQUIRE(val);
+  CHECK(val->size() == 9);
+  // One file names its validation file by replacing "train" with "val".
+  const auto one = open_token_files(dir.file("d_train_000001.bin"), Split::test, 1000);
+  CHECK(one == nullptr);  // d_val_000001.bin is not there
+  write_bytes(dir.file("d_val_000001.bin"), token_file(counting(5)));
+  REQUIRE(open_token_files(dir.file("d_train_000001.bin"), Split::test, 1000));
+}
+
+TEST_CASE("token files: version 2 holds uint32 tokens", "[data][tokens]") {
+  TempDir dir;
+  write_bytes(dir.file("llama_train.bin"), token_file({70000, 1, 128000}, 2));
+  const auto src = open_token_files(dir.file("llama_train.bin"), Split::train, 128256);
+  std::vector<int32_t> all(3);
+  src->read(0, 3, all.data());
+  CHECK(all == std::vector<int32_t>{70000, 1, 128000});
+}
+
+TEST_CASE("token files: what is wrong is named with the file and the byte offset",
+          "[data][tokens][errors]") {
+  TempDir dir;
+  const std::string f = dir.file("bad_train.bin");
+  const auto open = [&] { open_token_files(f, Split::train, 50257); };
+  write_bytes(f, token_file(counting(8), 1, -1, 20240521));
+  CHECK_THAT(error_of(open), Contains(f + ": offset 0: magic 20240521, expected 20240520"));
+  write_bytes(f, token_file(counting(8), 3));
+  CHECK_THAT(error_of(open), Contains(f + ": offset 4: version 3"));
+  std::vector<uint8_t> cut = token_file(counting(8));
+  cut.resize(cut.size() - 3);
+  write_bytes(f, cut);
+  CHECK_THAT(error_of(open), Contains("header promises 8 tokens") && Contains("truncated"));
+  write_bytes(f, token_file(counting(8), 1, 6));
+  CHECK_THAT(error_of(open), Contains("trailing bytes"));
+  write_bytes(f, std::vector<uint8_t>(100, 0));
+  CHECK_THAT(error_of(open), Contains("shorter than llm.c's 1024-byte token-file header"));
+  // Token 5 is 60000: not below GPT-2's 50257, at byte 1024 + 2 x 5.
+  std::vector<uint32_t> tokens = counting(8);
+  tokens[5] = 60000;
+  write_bytes(f, token_file(tokens));
+  CHECK_THAT(error_of(open), Contains(f + ": offset 1034: token 60000 (token 5) is not below "
+                                          "the vocabulary size 50257"));
+  CHECK_THAT(error_of([&] { open_token_files(dir.file("none.bin"), Split::train, 10); }),
+             Contains("no such token file or folder"));
+  TempDir empty;
+  CHECK_THAT(error_of([&] { open_token_files(empty.str(), Split::train, 10); }),
+             Contains("no *train*.bin token files"));
+  // A file shorter than one window and its target.
+  write_bytes(f, token_file(counting(8)));
+  const auto src = open_token_files(f, Split::train, 50257);
+  CHECK(window_starts(*src, 7, "data.path").size() == 1);
+  CHECK_THAT(error_of([&] { window_starts(*src, 8, "data.path"); }),
+             Contains("shorter than one window of 8 tokens") && Contains("9 tokens in one file"));
+}
+
+TEST_CASE("text: UTF-8 bytes, the first 90% to train, bad UTF-8 named by offset",
+          "[data][tokens][text]") {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 10; ++i) text += "héllo wörld\n";  // 14 bytes a line: 140
+  const std::vector<uint8_t> bytes(text.begin(), text.end());
+  write_bytes(dir.file("a.txt"), bytes);
+  const auto train = open_text(dir.file("a.txt"), Split::train);
+  const auto test = open_text(dir.file("a.txt"), Split::test);
+  CHECK(train->vocab() == 256);
+  CHECK(train->size() == 126);
+  CHECK(test->size() == 14);
+  std::vector<int32_t> first(3);
+  train->read(0, 3, first.data());
+  CHECK(first == std::vector<int32_t>{'h', 0xC3, 0xA9});  // é as its two bytes
+  std::vector<int32_t> last(1);
+  test->read(13, 1, last.data());
+  CHECK(last[0] == '\n');
+  CHECK_THAT(train->describe(), Contains("126 bytes (the first 90% of 1 file"));
+  // A folder: its files in name order, joined.
+  write_bytes(dir.file("b.txt"), std::vector<uint8_t>(60, 'z'));
+  CHECK(open_text(dir.str(), Split::train)->size() == 180);
+  // Latin-1 é (0xE9) alone at byte 3 is not UTF-8; nor is a cut sequence.
+  write_bytes(dir.file("b.txt"), std::vector<uint8_t>{'c', 'a', 'f', 0xE9, '!'});
+  CHECK_THAT(error_of([&] { open_text(dir.file("b.txt"), Split::train); }),
+             Contains("b.txt: offset 3: not UTF-8"));
+  write_bytes(dir.file("b.txt"), std::vector<uint8_t>{'o', 'k', 0xE2, 0x82});
+  CHECK_THAT(error_of([&] { open_text(dir.file("b.txt"), Split::train); }), Contains("offset 2"));
+  write_bytes(dir.file("b.txt"), std::vector<uint8_t>{0xED, 0xA0, 0x80});  // a surrogate
+  CHECK_THAT(error_of([&] { open_text(dir.file("b.txt"), Split::train); }), Contains("offset 0"));
+  CHECK_THAT(error_of([&] { open_text(dir.file("missing.txt"), Split::train); }),
+             Contains("no such text file"));
+}
+
+TEST_CASE("synthetic tokens: below the vocabulary, the same for any read, per split",
+          "[data][tokens]") {
+  const auto a = synthetic_tokens(1000, 50257, 7, Split::train);
+  const auto b = synthetic_tokens(1000, 50257, 7, Split::train);
+  const auto other = synthetic_tokens(1000, 50257, 8, Split::train);
+  const auto test = synthetic_tokens(1000, 50257, 7, Split::test);
+  std::vector<int32_t> x(1000), y(1000), z(1000), t(1000), part(10);
+  a->read(0, 1000, x.data());
+  b->read(0, 1000, y.data());
+  other->read(0, 1000, z.data());
+  test->read(0, 1000, t.data());
+  CHECK(x == y);
+  CHECK(x != z);
+  CHECK(x != t);
+  a->read(500, 10, part.data());
+  CHECK(std::equal(part.begin(), part.end(), x.begin() + 500));
+  CHECK(*std::max_element(x.begin(), x.end()) < 50257);
+  CHECK(*std::min_element(x.begin(), x.end()) >= 0);
+  // Spread over the vocabulary: 1000 draws from 50257 values, few repeats.
+  std::sort(x.begin(), x.end());
+  CHECK(std::unique(x.begin(), x.end()) - x.begin() > 980);
+}
+
+TEST_CASE("token batches: epochs, shuffling, and ranks that together read one process's batch",
+          "[data][tokens][ranks]") {
+  TempDir dir;
+  write_bytes(dir.file("c_train.bin"), token_file(counting(200)));
+  const auto src = open_token_files(dir.file("c_train.bin"), Split::train, 50257);
+  const int T = 4;  // 49 windows (199 / 4)
+  // Shuffle off: llm.c's cut, 49 / (2 x 3) = 8 batches, the last window unused.
+  TokenBatches plain(*src, 3, T, 1, false, 0, 2);
+  CHECK(plain.windows() == 49);
+  CHECK(plain.batches_per_epoch() == 8);
+  std::vector<int32_t> x(3 * T), y(3 * T);
+  plain.get(1, x.data(), y.data());  // rank 0's slice of global batch 1: windows 6, 7, 8
+  CHECK(x[0] == 6 * T);
+  CHECK(x[2 * T] == 8 * T);
+  CHECK(y[2 * T + 3] == 8 * T + 4);
+  // Shuffled: 2 ranks x batch 3 read, between them, what 1 rank x batch 6
+  // reads, batch by batch; each epoch its own order, the same for the seed.
+  TokenBatches one(*src, 6, T, 9, true);
+  TokenBatches r0(*src, 3, T, 9, true, 0, 2), r1(*src, 3, T, 9, true, 1, 2);
+  std::vector<int32_t> epoch0, epoch1;
+  for (const int64_t epoch : {0, 1}) {
+    for (TokenBatches* b : {&one, &r0, &r1}) b->start_epoch(epoch);
+    for (int64_t i = 0; i < one.batches_per_epoch(); ++i) {
+      std::vector<int32_t> whole(6 * T), wy(6 * T), a(3 * T), ay(3 * T), b(3 * T), by(3 * T);
+      one.get(i, whole.data(), wy.data());
+      r0.get(i, a.data(), ay.data());
+      r1.get(i, b.data(), by.data());
+      a.insert(a.end(), b.begin(), b.end());
+      CHECK(a == whole);
+      (epoch == 0 ? epoch0 : epoch1).insert((epoch == 0 ? epoch0 : epoch1).end(), whole.begin(),
+                                            whole.end());
+    }
+  }
+  CHECK(epoch0 != epoch1);
+  std::vector<int32_t> starts;  // a shuffled epoch takes each window at most once
+  for (size_t k = 0; k < epoch0.size(); k += T) starts.push_back(epoch0[k]);
+  std::sort(starts.begin(), starts.end());
+  CHECK(std::adjacent_find(starts.begin(), starts.end()) == starts.end());
+  CHECK(starts.size() == 48);
+  // Fewer windows than one global batch.
+  CHECK_THAT(error_of([&] { TokenBatches(*src, 25, T, 1, false, 0, 2); }),
+             Contains("49 windows of 4 tokens, fewer than one batch of 50 (batch x ranks)"));
+}
