@@ -105,7 +105,8 @@ std::string slurm_batch_script(const SlurmJob& job) {
   if (!job.ranked) return s + "exec " + command + "\n";
   // The ranks: one srun task each, told their rank by Slurm (SLURM_PROCID),
   // meeting in a folder of this array task's own on the shared results
-  // folder; srun ends the others when one fails.
+  // folder; srun ends the others when one fails and labels each line of the
+  // log with its rank ("1: ...").
   s += "# " + std::to_string(job.ranks) +
        " ranks: srun starts one task per rank; rank 0 stores the run.\n";
   s += "export XRUN_RANKS_FROM=slurm\n";
@@ -114,7 +115,7 @@ std::string slurm_batch_script(const SlurmJob& job) {
   s += "rm -rf \"$XRUN_RENDEZVOUS\"\n";
   s += "mkdir -p \"$XRUN_RENDEZVOUS\"\n";
   s += "trap 'rm -rf \"$XRUN_RENDEZVOUS\"' EXIT\n";
-  s += "srun --kill-on-bad-exit=1 " + command + "\n";
+  s += "srun --kill-on-bad-exit=1 --label " + command + "\n";
   return s;
 }
 

@@ -279,7 +279,7 @@ TEST_CASE("Slurm: a run of 2 ranks is a job of 2 tasks started by srun, collecte
   CHECK_THAT(dry.output, Contains("# ---- job 1 of 2") && Contains("# ---- job 2 of 2") &&
                              Contains("#SBATCH --ntasks=1") && Contains("#SBATCH --ntasks=2") &&
                              Contains("export XRUN_RANKS_FROM=slurm") &&
-                             Contains("srun --kill-on-bad-exit=1 "));
+                             Contains("srun --kill-on-bad-exit=1 --label "));
 
   SlurmCluster cluster;
   const CommandResult sub = f.xrun("submit ranked.toml --slurm --results out --cpus-per-run 1");
@@ -313,7 +313,9 @@ TEST_CASE("Slurm: a run of 2 ranks is a job of 2 tasks started by srun, collecte
         return e.path().filename().string();
     return std::string("none");
   }()));
-  CHECK_THAT(log, Contains("2 ranks joined through gloo"));
+  // srun --label: each line starts with its rank (rank 1 trains silently).
+  CHECK(log.rfind("0: ", 0) == 0);
+  CHECK_THAT(log, Contains("\n0: run 1/1: 2 ranks joined through gloo"));
   for (const auto& e : std::filesystem::directory_iterator(f.dir.file("out")))  // cleaned up
     CHECK(e.path().filename().string().rfind("rendezvous-", 0) == std::string::npos);
   const CommandResult again = f.xrun("submit ranked.toml --slurm --results out");
