@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 seconds="${1:-60}"
 shift || true
-all=(experiment where safetensors idx cifar10 store)
+all=(experiment where safetensors idx cifar10 store tokens)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 parallel="${XRUN_FUZZ_JOBS:-2}"
@@ -25,7 +25,7 @@ parallel="${XRUN_FUZZ_JOBS:-2}"
 # Largest input each target is given (libFuzzer's -max_len): a few times its
 # largest seed.
 declare -A max_len=([experiment]=16384 [where]=1024 [safetensors]=8192
-                    [idx]=16384 [cifar10]=16384 [store]=65536)
+                    [idx]=16384 [cifar10]=16384 [store]=65536 [tokens]=8192)
 for t in "${targets[@]}"; do
   [ -n "${max_len[$t]:-}" ] || { echo "fuzz: unknown target '$t' (${all[*]})" >&2; exit 2; }
 done
