@@ -281,6 +281,13 @@ TEST_CASE("Slurm: a run of 2 ranks is a job of 2 tasks started by srun, collecte
                              Contains("export XRUN_RANKS_FROM=slurm") &&
                              Contains("srun --kill-on-bad-exit=1 --label "));
 
+  // With GPUs: one per rank, whatever a plain run would ask for.
+  const CommandResult gpus = f.xrun("submit ranked.toml --slurm --results out --dry-run --gpus-per-run 2");
+  const std::string ranked_job = gpus.output.substr(gpus.output.find("# ---- job 2 of 2"));
+  CHECK_THAT(gpus.output.substr(0, gpus.output.find("# ---- job 2 of 2")),
+             Contains("#SBATCH --gpus-per-task=2"));
+  CHECK_THAT(ranked_job, Contains("#SBATCH --ntasks=2\n") && Contains("#SBATCH --gpus-per-task=1\n"));
+
   SlurmCluster cluster;
   const CommandResult sub = f.xrun("submit ranked.toml --slurm --results out --cpus-per-run 1");
   INFO(sub.output);
