@@ -83,10 +83,15 @@ struct RankInfo {
 // rank launcher for its children), or with XRUN_RANKS_FROM=slurm (what
 // `xrun submit`'s batch script sets before srun starts one task per rank)
 // as Slurm names them: rank SLURM_PROCID of SLURM_NTASKS, listening on this
-// host's name (the others may be on other nodes), XRUN_RENDEZVOUS and
+// host's name (the others may be on other nodes; where the name does not
+// resolve, this host's first non-loopback IPv4 address), XRUN_RENDEZVOUS and
 // XRUN_RANK_TIMEOUT_S as above. One rank, not launched, when neither is
 // set. std::invalid_argument when the variables are malformed.
 RankInfo rank_info_from_environment();
+
+// "" when `host` resolves to an address this rank can listen on, else why
+// not (gloo crashes on a name that does not resolve: it is checked first).
+std::string address_problem(const std::string& host);
 
 // Leaves "rank-R.pid" (this host's name and this process's id) in the
 // rendezvous directory: what lost_ranks reads. Every backend's connect does.

@@ -53,7 +53,7 @@ class GlooCommunicator final : public Communicator {
   void guarded(const char* what, F&& f) {
     try {
       f();
-    } catch (const gloo::Exception& e) {
+    } catch (const std::exception& e) {  // gloo::Exception, or an EnforceNotMet
       std::string gone = lost_ranks(info_);
       throw CommError(std::string(what) + " between " + std::to_string(info_.size) +
                       " ranks failed on rank " + std::to_string(info_.rank) + ": " +
@@ -71,6 +71,9 @@ class GlooCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> connect_gloo(const RankInfo& info) {
   leave_pid_file(info);
+  if (const std::string problem = address_problem(info.host); !problem.empty())
+    throw CommError("rank " + std::to_string(info.rank) + " of " + std::to_string(info.size) +
+                    " cannot listen: " + problem + " (XRUN_RANK_HOST, or this host's name)");
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = info.host;
@@ -80,7 +83,7 @@ std::unique_ptr<Communicator> connect_gloo(const RankInfo& info) {
     ctx->setTimeout(info.timeout);
     ctx->connectFullMesh(store, device);
     return std::make_unique<GlooCommunicator>(info, std::move(ctx));
-  } catch (const gloo::Exception& e) {
+  } catch (const std::exception& e) {  // gloo::Exception, or an EnforceNotMet
     std::string gone = lost_ranks(info);
     throw CommError("rank " + std::to_string(info.rank) + " of " + std::to_string(info.size) +
                     " could not join the others through " + info.rendezvous + ": " +

@@ -2,6 +2,11 @@
 // XRUN_* variables the launcher sets), and the pid files every backend
 // leaves in the rendezvous directory so a failed collective can name the
 // ranks that are gone.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -46,7 +51,44 @@ std::string pid_file(const RankInfo& info, int rank) {
       .string();
 }
 
+// The first IPv4 address of an interface that is up and not loopback, or "".
+std::string interface_address() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string out;
+  for (const ifaddrs* a = list; a && out.empty(); a = a->ifa_next)
+    if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET && (a->ifa_flags & IFF_UP) &&
+        !(a->ifa_flags & IFF_LOOPBACK)) {
+      char text[INET_ADDRSTRLEN] = {};
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+      if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof text)) out = text;
+    }
+  freeifaddrs(list);
+  return out;
+}
+
+// What a Slurm rank listens on: this host's name where it resolves (the
+// others may be on other nodes), else this host's first interface address
+// (a root or container without the name in /etc/hosts), else loopback.
+std::string slurm_listen_address() {
+  const std::string name = this_host();
+  if (!name.empty() && address_problem(name).empty()) return name;
+  const std::string ip = interface_address();
+  return ip.empty() ? "127.0.0.1" : ip;
+}
+
 }  // namespace
+
+std::string address_problem(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (found) freeaddrinfo(found);
+  if (rc == 0) return "";
+  return "'" + host + "' does not resolve to an address (" + gai_strerror(rc) + ")";
+}
 
 RankInfo rank_info_from_environment() {
   RankInfo info;
@@ -70,7 +112,7 @@ RankInfo rank_info_from_environment() {
   info.rendezvous = env_or("XRUN_RENDEZVOUS", "");
   if (info.size > 1 && info.rendezvous.empty())
     throw std::invalid_argument("XRUN_RENDEZVOUS is not set: the ranks need a directory to meet in");
-  info.host = env_or("XRUN_RANK_HOST", slurm ? this_host() : info.host);
+  info.host = env_or("XRUN_RANK_HOST", slurm ? slurm_listen_address() : info.host);
   info.timeout_given = std::getenv("XRUN_RANK_TIMEOUT_S") != nullptr;
   info.timeout = std::chrono::seconds(env_int("XRUN_RANK_TIMEOUT_S", 120, 1));
   return info;

@@ -164,8 +164,16 @@ TEST_CASE("ranks: the environment a Slurm task reads (XRUN_RANKS_FROM=slurm)", "
   CHECK(i.launched);
   CHECK(i.rank == 1);
   CHECK(i.size == 2);
-  CHECK(i.host == host);
+  // This host's name where it resolves, else an address of this host (a
+  // clean root or container without the name in /etc/hosts).
+  if (address_problem(host).empty())
+    CHECK(i.host == host);
+  else
+    CHECK(address_problem(i.host).empty());
   CHECK(i.rendezvous == "/shared/results/rendezvous-7_0");
+  setenv("XRUN_RANK_HOST", "node-7", 1);  // said outright
+  CHECK(rank_info_from_environment().host == "node-7");
+  unsetenv("XRUN_RANK_HOST");
   CHECK_FALSE(i.timeout_given);  // the run's distributed.timeout_s then
   setenv("SLURM_PROCID", "2", 1);
   CHECK_THROWS_WITH(rank_info_from_environment(), Contains("SLURM_PROCID=2 is not below SLURM_NTASKS=2"));
@@ -175,6 +183,22 @@ TEST_CASE("ranks: the environment a Slurm task reads (XRUN_RANKS_FROM=slurm)", "
   CHECK_THROWS_WITH(rank_info_from_environment(), Contains("XRUN_RANKS_FROM=mpi"));
   for (const char* v : {"XRUN_RANKS_FROM", "SLURM_PROCID", "XRUN_RENDEZVOUS"}) unsetenv(v);
   CHECK_FALSE(rank_info_from_environment().launched);
+}
+
+TEST_CASE("gloo: an address that does not resolve is a CommError naming it, not a crash",
+          "[distributed][gloo]") {
+  // Debian's gloo dereferences a failed lookup (SIGSEGV in CreateDeviceAttr,
+  // seen with a clean root's unresolvable host name): checked before.
+  xrun_test::ScratchDir dir;
+  RankInfo info;
+  info.size = 2;
+  info.rendezvous = dir.str();
+  info.host = "no-such-host.invalid";
+  info.timeout = std::chrono::seconds(1);
+  CHECK_THROWS_WITH(connect_gloo(info),
+                    Contains("rank 0 of 2 cannot listen: 'no-such-host.invalid' does not resolve"));
+  CHECK(address_problem("127.0.0.1").empty());
+  CHECK_FALSE(address_problem("no-such-host.invalid").empty());
 }
 
 TEST_CASE("ranks: bus bandwidth as nccl-tests defines it", "[distributed]") {
