@@ -55,3 +55,29 @@ TEST_CASE("gpt2 shapes: rules, the padded vocabulary, FLOPs per token", "[gpt2]"
   // Shorter sequences: only the attention term shrinks.
   CHECK(gpt2_flops_per_token(*gpt2_preset("gpt2"), 256) == 741920256.0 + 113246208.0 / 4);
 }
+
+TEST_CASE("gpt2 fixture: the closed-form weights and tokens, reproduced in C++", "[gpt2]") {
+  // What the parity test will train from: each parameter's values summed
+  // (and squared) as the fixture script summed them, the tokens as drawn.
+  const nlohmann::json f = testing::load_fixture("gpt2_parity.json");
+  const nlohmann::json& weights = f.at("weights");
+  REQUIRE(weights.size() == f.at("parameters").size());
+  for (const nlohmann::json& w : weights) {
+    const std::string name = w.at("name");
+    INFO(name);
+    const std::vector<float> v = testing::gpt2_values(name, w.at("shape").get<std::vector<int64_t>>());
+    double sum = 0, squares = 0;
+    for (const float x : v) {
+      sum += x;
+      squares += static_cast<double>(x) * x;
+    }
+    CHECK(sum == Approx(w.at("sum").get<double>()).epsilon(1e-12).margin(1e-12));
+    CHECK(squares == Approx(w.at("sum_squares").get<double>()).epsilon(1e-12));
+  }
+  const int64_t batch = f.at("batch"), tokens = f.at("tokens");
+  const std::vector<int32_t> t = testing::gpt2_tokens(batch, tokens, f.at("config").at("vocab_size"));
+  std::vector<int32_t> expected;
+  for (const auto& row : f.at("token_values"))
+    for (const auto& x : row) expected.push_back(x.get<int32_t>());
+  CHECK(t == expected);
+}

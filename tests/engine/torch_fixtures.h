@@ -82,6 +82,44 @@ inline std::vector<float> deterministic_values(const std::string& name,
   return v;
 }
 
+// GPT-2's closed form (gpt2_values in make_gpt2_fixture.py): 2-D weights
+// uniform with GPT-2's initial spread (std 0.02), layer norm weights
+// 1 + 0.1 s and biases 0.1 s, other biases 0.01 s; the same double
+// operations in the same order, then rounded to float.
+inline std::vector<float> gpt2_values(const std::string& name, const std::vector<int64_t>& shape) {
+  const int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  std::vector<float> v(n);
+  const uint64_t seed = name_seed(name);
+  const bool matrix = ends_with(name, ".weight") && shape.size() == 2;
+  const bool layer_norm = name.find(".ln_") != std::string::npos;
+  for (int64_t i = 0; i < n; ++i) {
+    const double s = hashed_uniform(seed, static_cast<uint64_t>(i));
+    double x;
+    if (matrix)
+      x = s * 0.02 * std::sqrt(3.0);
+    else if (layer_norm && ends_with(name, ".weight"))
+      x = 1.0 + 0.1 * s;
+    else if (layer_norm)
+      x = 0.1 * s;
+    else
+      x = 0.01 * s;
+    v[i] = static_cast<float>(x);
+  }
+  return v;
+}
+
+// The fixture's tokens: batch x (tokens + 1) from the name "gpt2.tokens"
+// (inputs the first `tokens` of a row, targets the last).
+inline std::vector<int32_t> gpt2_tokens(int64_t batch, int64_t tokens, int64_t vocab) {
+  std::vector<int32_t> t(batch * (tokens + 1));
+  const uint64_t seed = name_seed("gpt2.tokens");
+  for (size_t i = 0; i < t.size(); ++i) {
+    const double x = std::floor((hashed_uniform(seed, i) + 1.0) / 2.0 * static_cast<double>(vocab));
+    t[i] = static_cast<int32_t>(std::clamp<double>(x, 0, static_cast<double>(vocab - 1)));
+  }
+  return t;
+}
+
 // Whether `name` is the weight of a residual branch's last BN
 // ("layerL.B.<residual_bn>.weight"), as residual_bn_scaled() in the script.
 inline bool residual_bn_scaled(const std::string& name, const std::string& residual_bn) {
