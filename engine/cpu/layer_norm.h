@@ -1,0 +1,32 @@
+// engine/cpu/layer_norm.h: layer normalisation over each row of a plain
+// [rows, C] tensor, as torch.nn.LayerNorm computes it (biased variance, eps
+// inside the square root, an affine weight and bias per channel): the CPU
+// kernels of GPT-2's layer norm op family (issue #25), xrun's own loops with
+// each row's statistics and arithmetic in double, as engine/cpu/batchnorm.cpp
+// sums for ResNet: no noisier than its float inputs allow, even for rows far
+// from zero mean.
+#pragma once
+
+#include <cstdint>
+
+namespace xrun::cpu {
+
+// The epsilon of GPT-2's layer norms (transformers' layer_norm_epsilon).
+constexpr double kLayerNormEps = 1e-5;
+
+// y = (x - mean) * rstd * gamma + beta per row, rstd = 1 / sqrt(var + eps);
+// each row's mean and rstd are written (float; for a device backend's
+// comparison and the model's inspection; the backward pass recomputes them).
+void layer_norm_forward(const float* x, const float* gamma, const float* beta, int64_t rows,
+                        int64_t c, double eps, float* y, float* mean, float* rstd);
+
+// From dy: dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy gamma, xhat
+// = (x - mean) rstd; dgamma = sum over rows of dy xhat, dbeta = sum of dy
+// (written, not added; summed in double in a fixed order for a given
+// thread count, so a run repeats itself bit for bit). Each row's mean and
+// rstd are taken again from x in double (with kLayerNormEps), not from the
+// forward pass's float copies.
+void layer_norm_backward(const float* dy, const float* x, const float* gamma, int64_t rows,
+                         int64_t c, float* dx, float* dgamma, float* dbeta);
+
+}  // namespace xrun::cpu
