@@ -38,14 +38,20 @@ Case make_case(int64_t rows, int64_t c, double offset) {
   return k;
 }
 
-// float64 forward of one row.
-std::vector<double> ref_forward_row(const double* x, const float* g, const float* b, int64_t c) {
-  double m = 0, v = 0;
+// A row's mean and 1 / sqrt(variance + eps), float64.
+void ref_stats(const double* x, int64_t c, double& m, double& s) {
+  double v = 0;
+  m = 0;
   for (int64_t j = 0; j < c; ++j) m += x[j];
   m /= c;
   for (int64_t j = 0; j < c; ++j) v += (x[j] - m) * (x[j] - m);
-  v /= c;
-  const double s = 1.0 / std::sqrt(v + cpu::kLayerNormEps);
+  s = 1.0 / std::sqrt(v / c + cpu::kLayerNormEps);
+}
+
+// float64 forward of one row.
+std::vector<double> ref_forward_row(const double* x, const float* g, const float* b, int64_t c) {
+  double m, s;
+  ref_stats(x, c, m, s);
   std::vector<double> y(c);
   for (int64_t j = 0; j < c; ++j) y[j] = (x[j] - m) * s * g[j] + b[j];
   return y;
@@ -53,12 +59,8 @@ std::vector<double> ref_forward_row(const double* x, const float* g, const float
 
 // float64 dx of one row by the closed form.
 std::vector<double> ref_dx_row(const double* x, const double* dy, const float* g, int64_t c) {
-  double m = 0, v = 0;
-  for (int64_t j = 0; j < c; ++j) m += x[j];
-  m /= c;
-  for (int64_t j = 0; j < c; ++j) v += (x[j] - m) * (x[j] - m);
-  v /= c;
-  const double s = 1.0 / std::sqrt(v + cpu::kLayerNormEps);
+  double m, s;
+  ref_stats(x, c, m, s);
   double gm = 0, gxm = 0;
   for (int64_t j = 0; j < c; ++j) {
     gm += dy[j] * g[j];
