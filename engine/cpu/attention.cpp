@@ -1,0 +1,120 @@
+// engine/cpu/attention.cpp: see attention.h. The (batch, head) pairs in
+// parallel; within one, plain loops over the causal triangle in double.
+// Quadratic in T per pair with a [T, T] probability block kept: what a
+// first, exact CPU attention is; a tiled (FlashAttention-style) kernel that
+// recomputes p can replace it behind the same functions.
+#include "engine/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace xrun::cpu {
+
+namespace {
+
+// Column offsets of head h's q, k and v in a qkv row of 3C.
+struct HeadColumns {
+  int64_t q, k, v;
+};
+HeadColumns columns(const AttentionShape& s, int64_t h) {
+  const int64_t hs = s.head_size();
+  return {h * hs, s.width + h * hs, 2 * s.width + h * hs};
+}
+
+double score_scale(const AttentionShape& s) {
+  return 1.0 / std::sqrt(static_cast<double>(s.head_size()));
+}
+
+// f(b, h) for every (batch row, head) pair, the pairs in parallel.
+template <class F>
+void for_each_pair(const AttentionShape& s, F&& f) {
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads; ++h) f(b, h);
+}
+
+}  // namespace
+
+void causal_attention_forward(const AttentionShape& s, const float* qkv, float* y, float* p) {
+  const int64_t T = s.tokens, C = s.width, hs = s.head_size(), row = 3 * C;
+  const double scale = score_scale(s);
+  for_each_pair(s, [&](int64_t b, int64_t h) {
+    const HeadColumns col = columns(s, h);
+    const float* base = qkv + b * T * row;
+    float* pb = p + (b * s.heads + h) * T * T;
+    std::vector<double> scores(T), out(hs);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* q = base + t * row + col.q;
+      double mx = -INFINITY;
+      for (int64_t u = 0; u <= t; ++u) {
+        const float* k = base + u * row + col.k;
+        double dot = 0;
+        for (int64_t d = 0; d < hs; ++d) dot += static_cast<double>(q[d]) * k[d];
+        scores[u] = dot * scale;
+        mx = std::max(mx, scores[u]);
+      }
+      double sum = 0;
+      for (int64_t u = 0; u <= t; ++u) sum += (scores[u] = std::exp(scores[u] - mx));
+      std::fill(out.begin(), out.end(), 0.0);
+      float* pr = pb + t * T;
+      for (int64_t u = 0; u <= t; ++u) {
+        const double w = scores[u] / sum;
+        pr[u] = static_cast<float>(w);
+        const float* v = base + u * row + col.v;
+        for (int64_t d = 0; d < hs; ++d) out[d] += w * v[d];
+      }
+      std::fill(pr + t + 1, pr + T, 0.0f);
+      float* yr = y + (b * T + t) * C + h * hs;
+      for (int64_t d = 0; d < hs; ++d) yr[d] = static_cast<float>(out[d]);
+    }
+  });
+}
+
+void causal_attention_backward(const AttentionShape& s, const float* qkv, const float* p,
+                               const float* dy, float* dqkv) {
+  const int64_t T = s.tokens, C = s.width, hs = s.head_size(), row = 3 * C;
+  const double scale = score_scale(s);
+  for_each_pair(s, [&](int64_t b, int64_t h) {
+    const HeadColumns col = columns(s, h);
+    const float* base = qkv + b * T * row;
+    const float* pb = p + (b * s.heads + h) * T * T;
+    // This pair's gradients, summed in double, written once at the end
+    // (each (b, h) owns its columns of dqkv: no two threads share one).
+    std::vector<double> dq(T * hs, 0.0), dk(T * hs, 0.0), dv(T * hs, 0.0), ds(T);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* dyr = dy + (b * T + t) * C + h * hs;
+      const float* pr = pb + t * T;
+      double weighted = 0;  // sum_u p[t, u] dp[t, u]
+      for (int64_t u = 0; u <= t; ++u) {
+        const float* v = base + u * row + col.v;
+        double dp = 0;
+        for (int64_t d = 0; d < hs; ++d) {
+          dp += static_cast<double>(dyr[d]) * v[d];
+          dv[u * hs + d] += static_cast<double>(pr[u]) * dyr[d];
+        }
+        ds[u] = dp;
+        weighted += pr[u] * dp;
+      }
+      const float* q = base + t * row + col.q;
+      for (int64_t u = 0; u <= t; ++u) {
+        const double g = pr[u] * (ds[u] - weighted) * scale;  // dscores, scaled
+        const float* k = base + u * row + col.k;
+        for (int64_t d = 0; d < hs; ++d) {
+          dq[t * hs + d] += g * k[d];
+          dk[u * hs + d] += g * q[d];
+        }
+      }
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      float* out = dqkv + (b * T + t) * row;
+      for (int64_t d = 0; d < hs; ++d) {
+        out[col.q + d] = static_cast<float>(dq[t * hs + d]);
+        out[col.k + d] = static_cast<float>(dk[t * hs + d]);
+        out[col.v + d] = static_cast<float>(dv[t * hs + d]);
+      }
+    }
+  });
+}
+
+}  // namespace xrun::cpu

@@ -1,0 +1,119 @@
+// tests/engine/attention_test.cpp: GPT-2's causal attention kernels on the
+// CPU (engine/cpu/attention.h) against a float64 reference written here as
+// transformers writes it (full score matrix, the future masked to -inf, a
+// softmax over the whole row): y and the probabilities; the gradient of
+// every qkv element against central differences of that float64 forward
+// pass (no formula judging itself); and causality: a change at the last
+// position leaves every earlier output as it was, bit for bit.
+#include "catch2_compat.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "engine/cpu/attention.h"
+#include "torch_fixtures.h"
+
+using namespace xrun;
+
+namespace {
+
+std::vector<float> values(const std::string& name, int64_t n, double scale) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(scale * testing::hashed_uniform(testing::name_seed(name), i));
+  return v;
+}
+
+// float64 attention as GPT2Attention computes it: y [B*T, C], p [B, H, T, T].
+void reference(const cpu::AttentionShape& s, const std::vector<double>& qkv,
+               std::vector<double>& y, std::vector<double>& p) {
+  const int64_t T = s.tokens, C = s.width, hs = s.head_size();
+  y.assign(s.batch * T * C, 0.0);
+  p.assign(s.batch * s.heads * T * T, 0.0);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<double> row(T);
+        for (int64_t u = 0; u < T; ++u) {
+          double dot = 0;
+          for (int64_t d = 0; d < hs; ++d)
+            dot += qkv[(b * T + t) * 3 * C + h * hs + d] * qkv[(b * T + u) * 3 * C + C + h * hs + d];
+          row[u] = u <= t ? dot / std::sqrt(static_cast<double>(hs))
+                          : -std::numeric_limits<double>::infinity();
+        }
+        double mx = row[0], sum = 0;
+        for (double r : row) mx = std::max(mx, r);
+        for (double& r : row) sum += (r = std::exp(r - mx));
+        for (int64_t u = 0; u < T; ++u) {
+          const double w = row[u] / sum;
+          p[((b * s.heads + h) * T + t) * T + u] = w;
+          for (int64_t d = 0; d < hs; ++d)
+            y[(b * T + t) * C + h * hs + d] += w * qkv[(b * T + u) * 3 * C + 2 * C + h * hs + d];
+        }
+      }
+}
+
+}  // namespace
+
+TEST_CASE("attention: forward against float64, gradients against central differences",
+          "[attention]") {
+  const cpu::AttentionShape s{2, 5, 2, 8};  // B, T, H, C: head size 4
+  const int64_t n_qkv = s.batch * s.tokens * 3 * s.width, n_y = s.batch * s.tokens * s.width;
+  const std::vector<float> qkv = values("attn.qkv", n_qkv, 1.5);
+  const std::vector<float> dy = values("attn.dy", n_y, 1.0);
+  std::vector<float> y(n_y), p(s.batch * s.heads * s.tokens * s.tokens);
+  cpu::causal_attention_forward(s, qkv.data(), y.data(), p.data());
+  std::vector<double> y_ref, p_ref;
+  const std::vector<double> qkv64(qkv.begin(), qkv.end());
+  reference(s, qkv64, y_ref, p_ref);
+  for (size_t i = 0; i < y.size(); ++i) CHECK(y[i] == Approx(y_ref[i]).margin(2e-7));
+  for (size_t i = 0; i < p.size(); ++i) CHECK(p[i] == Approx(p_ref[i]).margin(1e-7));
+
+  std::vector<float> dqkv(n_qkv);
+  cpu::causal_attention_backward(s, qkv.data(), p.data(), dy.data(), dqkv.data());
+  // L = sum dy * y; dL/dqkv_i by central differences of the float64 forward.
+  double worst = 0, largest = 0;
+  for (int64_t i = 0; i < n_qkv; ++i) {
+    const double h = 1e-6;
+    std::vector<double> plus = qkv64, minus = qkv64, yp, ym, unused;
+    plus[i] += h, minus[i] -= h;
+    reference(s, plus, yp, unused);
+    reference(s, minus, ym, unused);
+    double lp = 0, lm = 0;
+    for (int64_t j = 0; j < n_y; ++j) lp += dy[j] * yp[j], lm += dy[j] * ym[j];
+    const double fd = (lp - lm) / (2 * h);
+    worst = std::max(worst, std::abs(dqkv[i] - fd));
+    largest = std::max(largest, std::abs(fd));
+  }
+  INFO("largest gradient " << largest << ", worst difference " << worst);
+  CHECK(largest > 0.1);  // the gradients are not all (near) zero
+  CHECK(worst < 1e-6 * largest + 1e-7);
+}
+
+TEST_CASE("attention: an output never sees a later position", "[attention]") {
+  const cpu::AttentionShape s{1, 6, 3, 12};
+  std::vector<float> qkv = values("attn.causal", s.tokens * 3 * s.width, 1.0);
+  std::vector<float> y(s.tokens * s.width), p(s.heads * s.tokens * s.tokens);
+  cpu::causal_attention_forward(s, qkv.data(), y.data(), p.data());
+  std::vector<float> changed = qkv;  // the last position's q, k and v
+  for (int64_t j = 0; j < 3 * s.width; ++j) changed[(s.tokens - 1) * 3 * s.width + j] += 0.5f;
+  std::vector<float> y2(y.size()), p2(p.size());
+  cpu::causal_attention_forward(s, changed.data(), y2.data(), p2.data());
+  for (int64_t t = 0; t + 1 < s.tokens; ++t)
+    for (int64_t c = 0; c < s.width; ++c) CHECK(y2[t * s.width + c] == y[t * s.width + c]);
+  bool last_moved = false;
+  for (int64_t c = 0; c < s.width; ++c) last_moved |= y2[(s.tokens - 1) * s.width + c] != y[(s.tokens - 1) * s.width + c];
+  CHECK(last_moved);
+  // Each probability row sums to 1 over the positions it may see.
+  for (int64_t h = 0; h < s.heads; ++h)
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      double sum = 0;
+      for (int64_t u = 0; u < s.tokens; ++u) {
+        const float w = p[(h * s.tokens + t) * s.tokens + u];
+        if (u > t) CHECK(w == 0.0f);
+        sum += w;
+      }
+      CHECK(sum == Approx(1.0).margin(1e-6));
+    }
+}
