@@ -22,6 +22,25 @@ HeadColumns columns(const AttentionShape& s, int64_t h) {
   return {h * hs, s.width + h * hs, 2 * s.width + h * hs};
 }
 
+// Row t of one (batch row, head) pair's probabilities, positions 0..t, in
+// double: softmax(q_t k_u / sqrt(hs)) over u <= t. `base` is the pair's
+// batch row of qkv.
+void probability_row(const float* base, const HeadColumns& col, int64_t row, int64_t hs,
+                     int64_t t, double scale, double* w) {
+  const float* q = base + t * row + col.q;
+  double mx = -INFINITY;
+  for (int64_t u = 0; u <= t; ++u) {
+    const float* k = base + u * row + col.k;
+    double dot = 0;
+    for (int64_t d = 0; d < hs; ++d) dot += static_cast<double>(q[d]) * k[d];
+    w[u] = dot * scale;
+    mx = std::max(mx, w[u]);
+  }
+  double sum = 0;
+  for (int64_t u = 0; u <= t; ++u) sum += (w[u] = std::exp(w[u] - mx));
+  for (int64_t u = 0; u <= t; ++u) w[u] /= sum;
+}
+
 double score_scale(const AttentionShape& s) {
   return 1.0 / std::sqrt(static_cast<double>(s.head_size()));
 }
@@ -42,29 +61,20 @@ void causal_attention_forward(const AttentionShape& s, const float* qkv, float* 
   for_each_pair(s, [&](int64_t b, int64_t h) {
     const HeadColumns col = columns(s, h);
     const float* base = qkv + b * T * row;
-    float* pb = p + (b * s.heads + h) * T * T;
-    std::vector<double> scores(T), out(hs);
+    float* pb = p ? p + (b * s.heads + h) * T * T : nullptr;
+    std::vector<double> w(T), out(hs);
     for (int64_t t = 0; t < T; ++t) {
-      const float* q = base + t * row + col.q;
-      double mx = -INFINITY;
-      for (int64_t u = 0; u <= t; ++u) {
-        const float* k = base + u * row + col.k;
-        double dot = 0;
-        for (int64_t d = 0; d < hs; ++d) dot += static_cast<double>(q[d]) * k[d];
-        scores[u] = dot * scale;
-        mx = std::max(mx, scores[u]);
-      }
-      double sum = 0;
-      for (int64_t u = 0; u <= t; ++u) sum += (scores[u] = std::exp(scores[u] - mx));
+      probability_row(base, col, row, hs, t, scale, w.data());
       std::fill(out.begin(), out.end(), 0.0);
-      float* pr = pb + t * T;
       for (int64_t u = 0; u <= t; ++u) {
-        const double w = scores[u] / sum;
-        pr[u] = static_cast<float>(w);
         const float* v = base + u * row + col.v;
-        for (int64_t d = 0; d < hs; ++d) out[d] += w * v[d];
+        for (int64_t d = 0; d < hs; ++d) out[d] += w[u] * v[d];
       }
-      std::fill(pr + t + 1, pr + T, 0.0f);
+      if (pb) {
+        float* pr = pb + t * T;
+        for (int64_t u = 0; u <= t; ++u) pr[u] = static_cast<float>(w[u]);
+        std::fill(pr + t + 1, pr + T, 0.0f);
+      }
       float* yr = y + (b * T + t) * C + h * hs;
       for (int64_t d = 0; d < hs; ++d) yr[d] = static_cast<float>(out[d]);
     }
@@ -78,20 +88,23 @@ void causal_attention_backward(const AttentionShape& s, const float* qkv, const 
   for_each_pair(s, [&](int64_t b, int64_t h) {
     const HeadColumns col = columns(s, h);
     const float* base = qkv + b * T * row;
-    const float* pb = p + (b * s.heads + h) * T * T;
+    const float* pb = p ? p + (b * s.heads + h) * T * T : nullptr;
     // This pair's gradients, summed in double, written once at the end
     // (each (b, h) owns its columns of dqkv: no two threads share one).
-    std::vector<double> dq(T * hs, 0.0), dk(T * hs, 0.0), dv(T * hs, 0.0), ds(T);
+    std::vector<double> dq(T * hs, 0.0), dk(T * hs, 0.0), dv(T * hs, 0.0), ds(T), pr(T);
     for (int64_t t = 0; t < T; ++t) {
       const float* dyr = dy + (b * T + t) * C + h * hs;
-      const float* pr = pb + t * T;
+      if (pb)
+        std::copy(pb + t * T, pb + t * T + t + 1, pr.begin());
+      else  // recomputed: no [T, T] block kept between the passes
+        probability_row(base, col, row, hs, t, scale, pr.data());
       double weighted = 0;  // sum_u p[t, u] dp[t, u]
       for (int64_t u = 0; u <= t; ++u) {
         const float* v = base + u * row + col.v;
         double dp = 0;
         for (int64_t d = 0; d < hs; ++d) {
           dp += static_cast<double>(dyr[d]) * v[d];
-          dv[u * hs + d] += static_cast<double>(pr[u]) * dyr[d];
+          dv[u * hs + d] += pr[u] * dyr[d];
         }
         ds[u] = dp;
         weighted += pr[u] * dp;

@@ -5,8 +5,10 @@
 //   scores = q k^T / sqrt(hs), position t seeing positions <= t only,
 //   p = softmax(scores), y = p v,
 // the heads side by side again in y [B*T, C]. The probabilities p [B, H, T,
-// T] are kept for the backward pass. xrun's own loops, each dot product and
-// softmax row in double, rows of a (batch, head) pair in parallel.
+// T] may be kept for the backward pass, or recomputed there (at gpt2's T =
+// 1024, 4 MB per batch row and head: 200 MB a layer at batch 4).
+// xrun's own loops, each dot product and softmax row in double, the (batch
+// row, head) pairs in parallel.
 #pragma once
 
 #include <cstdint>
@@ -18,10 +20,13 @@ struct AttentionShape {
   int64_t head_size() const { return width / heads; }
 };
 
-// y [B*T, C] and p [B, H, T, T] (the masked entries written as 0) from qkv.
+// y [B*T, C] and, where p is not null, p [B, H, T, T] (the masked entries
+// written as 0) from qkv.
 void causal_attention_forward(const AttentionShape& s, const float* qkv, float* y, float* p);
 
-// dqkv [B*T, 3C] (written) from dy [B*T, C], qkv and the forward pass's p:
+// dqkv [B*T, 3C] (written) from dy [B*T, C], qkv and the forward pass's p,
+// or with p null each row of p recomputed from qkv (in double: no [T, T]
+// block kept between the passes, for a second pass of score products):
 // dv = p^T dy, dp = dy v^T, dscores = p (dp - sum_j p dp), dq = dscores k /
 // sqrt(hs), dk = dscores^T q / sqrt(hs).
 void causal_attention_backward(const AttentionShape& s, const float* qkv, const float* p,

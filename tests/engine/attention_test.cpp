@@ -3,7 +3,8 @@
 // transformers writes it (full score matrix, the future masked to -inf, a
 // softmax over the whole row): y and the probabilities; the gradient of
 // every qkv element against central differences of that float64 forward
-// pass (no formula judging itself); and causality: a change at the last
+// pass (no formula judging itself), with p kept or recomputed in the
+// backward pass; and causality: a change at the last
 // position leaves every earlier output as it was, bit for bit.
 #include "catch2_compat.h"
 
@@ -89,6 +90,18 @@ TEST_CASE("attention: forward against float64, gradients against central differe
   INFO("largest gradient " << largest << ", worst difference " << worst);
   CHECK(largest > 0.1);  // the gradients are not all (near) zero
   CHECK(worst < 1e-6 * largest + 1e-7);
+
+  // Without p kept: the forward pass writes y alone (the same bits) and the
+  // backward pass recomputes p in double, which can only be closer.
+  std::vector<float> y2(n_y), dqkv2(n_qkv);
+  cpu::causal_attention_forward(s, qkv.data(), y2.data(), nullptr);
+  CHECK(y2 == y);
+  cpu::causal_attention_backward(s, qkv.data(), nullptr, dy.data(), dqkv2.data());
+  double apart = 0;
+  for (int64_t i = 0; i < n_qkv; ++i)
+    apart = std::max(apart, static_cast<double>(std::abs(dqkv2[i] - dqkv[i])));
+  CHECK(apart < 1e-6 * largest);
+  CHECK(apart > 0);  // it did recompute (the float p rounds differently)
 }
 
 TEST_CASE("attention: an output never sees a later position", "[attention]") {
