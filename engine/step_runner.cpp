@@ -27,7 +27,7 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
                cfg.data.prefetch >= 2),
       per_layer_(cfg.train.per_layer_update && parts.optimizer.per_layer() &&
                  cfg.train.accumulate == 1 && !scaler_.enabled() && !cfg.train.cuda_graphs &&
-                 parts.comm.backend() == "local") {
+                 !reduce_) {
   // Buckets during the backward pass wherever the ranks sum (a single
   // joined rank too, so check.sh's one-GPU NCCL run goes through them).
   if (reduce_ && accumulate_ == 1 && cfg.distributed.bucket_mb > 0) {

@@ -8,6 +8,13 @@
 
 namespace xrun::cli {
 
+int planned_ranks(const RunSpec& spec) { return spec.config.at("train").at("ranks").get<int>(); }
+
+bool trained_by_ranks(const RunSpec& spec) {
+  return planned_ranks(spec) > 1 ||
+         spec.config.at("distributed").value("backend", "auto") != "auto";
+}
+
 std::vector<ChildRun> rank_children(const RankLaunch& launch, int run_index) {
   std::vector<ChildRun> out;
   for (int r = 0; r < launch.ranks; ++r) {

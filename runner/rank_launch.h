@@ -11,9 +11,17 @@
 #include <string>
 #include <vector>
 
+#include "runner/experiment.h"
 #include "runner/parallel_runs.h"
 
 namespace xrun::cli {
+
+// A planned run's train.ranks, and whether ranks train it: several, or one
+// joined through a distributed.backend the file names (check.sh's one-GPU
+// NCCL run). Such a run is started by a launcher (`xrun run`'s, or srun in
+// an `xrun submit` job), never trained in the planning process.
+int planned_ranks(const RunSpec& spec);
+bool trained_by_ranks(const RunSpec& spec);
 
 struct RankLaunch {
   std::vector<std::string> argv;  // one rank's command (the same for all)

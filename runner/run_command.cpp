@@ -828,14 +828,8 @@ int run_command(const RunArgs& args) {
     std::cerr << "xrun: " << problem << "\n";
     return kUsage;
   }
-  const auto ranks_of = [](const RunSpec* spec) {
-    return spec->config.at("train").at("ranks").get<int>();
-  };
-  // Trained by ranks the launcher starts: several, or one joined through the
-  // backend the file names (the one-GPU NCCL check).
-  const auto launched = [&](const RunSpec* spec) {
-    return ranks_of(spec) > 1 || spec->config.at("distributed").value("backend", "auto") != "auto";
-  };
+  const auto ranks_of = [](const RunSpec* spec) { return planned_ranks(*spec); };
+  const auto launched = [](const RunSpec* spec) { return trained_by_ranks(*spec); };
   const bool any_ranked = std::any_of(selected.begin(), selected.end(), launched);
   if (parallel && any_ranked) {
     std::cerr << "xrun: --parallel trains several runs at once; a run with train.ranks > 1 (or "

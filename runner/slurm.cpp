@@ -8,6 +8,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "runner/rank_launch.h"
 #include "store/store.h"
 
 namespace xrun::cli {
@@ -124,10 +125,8 @@ std::vector<RunGroup> group_by_ranks(const Plan& plan, const std::vector<int>& r
   for (const int index : runs)
     for (const RunSpec& spec : plan.runs)
       if (spec.index == index) {
-        const int ranks = spec.config.at("train").at("ranks").get<int>();
-        const bool ranked =
-            ranks > 1 || spec.config.at("distributed").value("backend", "auto") != "auto";
-        by[{ranked, ranked ? ranks : 1}].push_back(index);
+        const bool ranked = trained_by_ranks(spec);
+        by[{ranked, ranked ? planned_ranks(spec) : 1}].push_back(index);
       }
   std::vector<RunGroup> out;
   for (auto& [key, list] : by) {
