@@ -206,7 +206,9 @@ TEST_CASE("xrun show: the troubleshooting checks' findings", "[cli][train]") {
   const std::string file = f.write_experiment(
       "few.toml", xrun_test::tiny_experiment("few", "steps = 4\neval = false", "", 64));
   REQUIRE(f.xrun(run_args(f, file)).status == 0);
-  CHECK(f.sql("SELECT check_name FROM findings") == "few_measured_steps");
+  // Found: only 3 measured steps. (Other checks may fire beside it on a
+  // loaded machine, data_wait in CI once: only this one is certain here.)
+  CHECK(f.sql("SELECT count(*) FROM findings WHERE check_name = 'few_measured_steps'") == "1");
   auto show = f.xrun("show 1 --db " + shell_quote(f.db()));
   CHECK_THAT(show.output, Contains("findings") && Contains("[few_measured_steps] only 3 measured"));
 }
