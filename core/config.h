@@ -88,13 +88,17 @@ struct Device {
 };
 
 struct ModelConfig {
-  std::string arch = "resnet50";  // resnet18|34|50|101|152
-  int num_classes = 10;           // resolved: never 0 here
+  std::string arch = "resnet50";  // resnet18|34|50|101|152, gpt2|gpt2-medium|gpt2-large|gpt2-xl
+  int num_classes = 10;           // resolved: never 0 here (GPT-2: the vocabulary)
   std::string weights;            // safetensors file to start from, "" = init
+  // GPT-2's shape, resolved from the preset (model.arch) and the keys given;
+  // all 0 for a ResNet.
+  int64_t layers = 0, heads = 0, width = 0, context = 0, vocab = 0;
+  bool is_gpt2() const { return arch.rfind("gpt2", 0) == 0; }
 };
 
 struct DataConfig {
-  std::string source = "synthetic";  // cifar10 | idx | synthetic
+  std::string source = "synthetic";  // cifar10 | idx | synthetic; GPT-2: tokens | text | synthetic
   std::string path;                  // directory of the dataset files
   int image_size = 32;               // images are placed/resized to this
   int channels = 3;                  // model input channels
@@ -112,6 +116,7 @@ struct DataConfig {
   bool learnable = true;             // synthetic: class-dependent patterns
   int64_t samples = 50000;           // synthetic: training-set size
   int64_t test_samples = 10000;      // synthetic: test-set size
+  int64_t sequence_length = 0;       // GPT-2: tokens per training sequence (resolved; 0 ResNet)
 };
 
 struct OptimizerConfig {
@@ -148,6 +153,7 @@ struct TrainConfig {
   CudnnBenchmark cudnn_benchmark = CudnnBenchmark::off;
   bool cuda_graphs = false;
   bool per_layer_update = false; // CPU: update each layer's parameters in the backward pass
+  double clip_grad_norm = 0;     // > 0: gradients scaled to at most this global L2 norm
   uint64_t seed = 0;
   int threads = 0;             // CPU threads, 0 = all cores
   bool eval = true;            // evaluate on the test split after each epoch

@@ -22,10 +22,53 @@ void* Backend::allocate_host(size_t bytes, bool) {
 
 void Backend::free_host(void* p, bool) { std::free(p); }
 
+void OptimizerOp::exclude_from_decay(std::span<Tensor* const> params) {
+  if (!params.empty())
+    throw std::runtime_error("this backend's optimizer decays every parameter (no per-parameter "
+                             "weight decay yet)");
+}
+
 void OptimizerOp::apply_to(std::span<Tensor* const>) {
   throw std::logic_error("this backend's optimizer updates all parameters at once (per_layer() is false)");
 }
 
+
+namespace {
+[[noreturn]] void no_transformer_ops(const Backend& b, const std::string& what) {
+  throw std::runtime_error("the " + b.name() + " backend has no GPT-2 ops yet (" + what +
+                           "): train model.arch = \"gpt2\" on device = \"cpu\"");
+}
+}  // namespace
+
+Tensor* Backend::token_input(int64_t, int64_t) { no_transformer_ops(*this, "token input"); }
+std::unique_ptr<EmbeddingOp> Backend::embedding(const std::string&, const std::string&, Tensor*,
+                                                int64_t, int64_t, int64_t) {
+  no_transformer_ops(*this, "embedding");
+}
+std::unique_ptr<LayerNormOp> Backend::layer_norm(const std::string&, Tensor*, Tensor*, bool) {
+  no_transformer_ops(*this, "layer norm");
+}
+std::unique_ptr<LinearOp> Backend::linear_in_out(const std::string&, Tensor*, Tensor*, int64_t) {
+  no_transformer_ops(*this, "linear");
+}
+std::unique_ptr<LinearOp> Backend::linear_tied(const std::string&, Tensor*, Tensor*, Tensor*,
+                                               Tensor*) {
+  no_transformer_ops(*this, "tied linear");
+}
+std::unique_ptr<ActivationOp> Backend::causal_attention(const std::string&, Tensor*, Tensor*,
+                                                        int64_t, int64_t) {
+  no_transformer_ops(*this, "attention");
+}
+std::unique_ptr<ActivationOp> Backend::gelu(const std::string&, Tensor*, Tensor*) {
+  no_transformer_ops(*this, "GELU");
+}
+std::unique_ptr<ResidualAddOp> Backend::residual_add(const std::string&, Tensor*, Tensor*,
+                                                     Tensor*, Tensor*) {
+  no_transformer_ops(*this, "residual add");
+}
+void Backend::load_tokens(const int32_t*, const int32_t*, int) {
+  no_transformer_ops(*this, "token batches");
+}
 
 bool cuda_engine_available() {
 #ifdef XRUN_HAVE_CUDA

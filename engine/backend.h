@@ -134,6 +134,66 @@ class PointwiseOps {
   virtual void copy(Tensor* dst, const Tensor* src) = 0;
 };
 
+// ------------------------------------------------- GPT-2's op families --
+// The transformer's tensors are plain row-major [rows, C] on every backend,
+// rows = batch x tokens per row (B*T); canonical layout is the storage
+// layout. Parameters keep transformers' GPT2LMHeadModel layouts: Conv1D
+// weights [in, out], the embeddings [V, C] and [context, C].
+
+// Token + position embedding: y[b T + t] = wte[tokens[b T + t]] + wpe[t].
+// backward(): wpe's gradient written; wte's gradient ADDED to (the tied
+// output layer, whose backward pass runs first, writes it).
+class EmbeddingOp {
+ public:
+  virtual ~EmbeddingOp() = default;
+  virtual void forward() = 0;
+  virtual void backward() = 0;
+  Tensor* y = nullptr;
+  Tensor* dy = nullptr;
+  Tensor* wte = nullptr;
+  Tensor* wpe = nullptr;
+  Tensor* wte_grad = nullptr;
+  Tensor* wpe_grad = nullptr;
+};
+
+// torch.nn.LayerNorm over each row (eps 1e-5, weight and bias per channel).
+// backward(): dx written, or added to where the op was made with
+// add_to_dx (a residual stream whose other gradient is already there).
+class LayerNormOp {
+ public:
+  virtual ~LayerNormOp() = default;
+  virtual void forward() = 0;
+  virtual void backward() = 0;
+  Tensor* y = nullptr;
+  Tensor* dy = nullptr;
+  Tensor* gamma = nullptr;  // "weight"
+  Tensor* beta = nullptr;   // "bias"
+  Tensor* gamma_grad = nullptr;
+  Tensor* beta_grad = nullptr;
+};
+
+// An op with one input, one output and no parameters: GPT-2's causal
+// self-attention (qkv [rows, 3C] -> y [rows, C]) and its GELU (tanh form).
+// backward() writes dx.
+class ActivationOp {
+ public:
+  virtual ~ActivationOp() = default;
+  virtual void forward() = 0;
+  virtual void backward() = 0;
+  Tensor* y = nullptr;
+  Tensor* dy = nullptr;
+};
+
+// y = a + b (a residual connection); backward() writes dy into da and db.
+class ResidualAddOp {
+ public:
+  virtual ~ResidualAddOp() = default;
+  virtual void forward() = 0;
+  virtual void backward() = 0;
+  Tensor* y = nullptr;
+  Tensor* dy = nullptr;
+};
+
 // One optimizer step over the whole flat parameter region: every parameter,
 // gradient and state value sits at the same offset in its region.
 struct OptimizerStep {
@@ -164,6 +224,11 @@ class OptimizerOp {
   // After a step with check_finite: whether a gradient was inf/NaN (the
   // update was then skipped). May synchronise with the device.
   virtual bool found_inf() = 0;
+  // Leaves these parameters out of the weight decay (GPT-2 decays its
+  // matrices only, as nanoGPT and llm.c do: biases, layer norms stay
+  // undecayed); called once before the first step. Default: every
+  // parameter decays, and the call throws std::runtime_error.
+  virtual void exclude_from_decay(std::span<Tensor* const> params);
   virtual void zero_grad() = 0;
   // Adds the gradient region into the accumulation region (train.accumulate)
   // or copies it back; backends without accumulation support throw.
@@ -291,6 +356,41 @@ class Backend {
   virtual PointwiseOps& pointwise() = 0;
   virtual std::unique_ptr<OptimizerOp> optimizer(const OptimizerSettings& settings,
                                                  bool accumulation) = 0;
+
+  // GPT-2's families (see the section above). The defaults throw
+  // std::runtime_error naming the backend: a backend without them cannot
+  // build a transformer. Names are transformers' module paths
+  // ("transformer.h.0.ln_1").
+  // The embedding's names are its two modules' ("transformer.wte",
+  // "transformer.wpe"; parameters "<module>.weight").
+  // Token input: int32 [batch, tokens_per_row], written by load_tokens
+  // (the loss's labels, one per token, then hold the next-token targets).
+  virtual Tensor* token_input(int64_t batch, int64_t tokens_per_row);
+  virtual std::unique_ptr<EmbeddingOp> embedding(const std::string& wte_name,
+                                                 const std::string& wpe_name, Tensor* tokens,
+                                                 int64_t vocab, int64_t context, int64_t width);
+  virtual std::unique_ptr<LayerNormOp> layer_norm(const std::string& name, Tensor* x,
+                                                  Tensor* dx, bool add_to_dx);
+  // Conv1D: y[rows, O] = x[rows, I] w[I, O] + b (weight in transformers'
+  // [in, out] layout); backward writes dx (when bound), dw and db.
+  virtual std::unique_ptr<LinearOp> linear_in_out(const std::string& name, Tensor* x,
+                                                  Tensor* dx, int64_t out_features);
+  // The tied output layer: y[rows, V] = x[rows, C] weight[V, C]^T, no bias,
+  // reading a weight another op owns; backward writes dx and WRITES
+  // weight_grad (the embedding's backward pass adds its part afterwards).
+  virtual std::unique_ptr<LinearOp> linear_tied(const std::string& name, Tensor* x, Tensor* dx,
+                                                Tensor* weight, Tensor* weight_grad);
+  // Causal self-attention from the fused projection qkv [B*T, 3C]
+  // (transformers' GPT2Attention, dropout 0) to y [B*T, C].
+  virtual std::unique_ptr<ActivationOp> causal_attention(const std::string& name, Tensor* qkv,
+                                                         Tensor* dqkv, int64_t batch,
+                                                         int64_t heads);
+  virtual std::unique_ptr<ActivationOp> gelu(const std::string& name, Tensor* x, Tensor* dx);
+  virtual std::unique_ptr<ResidualAddOp> residual_add(const std::string& name, Tensor* a,
+                                                      Tensor* da, Tensor* b, Tensor* db);
+  // Writes a batch of token windows: `rows` sequences of the token input's
+  // length, and the next-token targets of each; rows beyond are zero.
+  virtual void load_tokens(const int32_t* tokens, const int32_t* targets, int rows);
 
   // Makes one allocation per memory region and binds every declared tensor.
   // Throws std::runtime_error, before allocating anything, when the plan does

@@ -2,6 +2,7 @@
 #include "engine/step_runner.h"
 
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 
 #include "engine/schedule.h"
@@ -55,6 +56,10 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
       reduced_bytes = static_cast<double>(device.count * sizeof(float));
     }
   }
+  if (cfg.train.clip_grad_norm > 0 && (per_layer_ || cfg.train.cuda_graphs ||
+                                       parts.optimizer.host_gradients().empty()))
+    throw TrainError("train.clip_grad_norm needs every gradient in host memory before the "
+                     "update (the CPU engine, without per_layer_update)");
   if (reduce_ && cfg.train.cuda_graphs)
     throw TrainError("train.cuda_graphs records the whole step, which leaves no place for the "
                      "ranks to sum their gradients: not with train.ranks > 1");
@@ -98,10 +103,27 @@ void StepRunner::load(const data::HostBatch* b, bool was_staged, RunObserver& ob
     if (!was_staged) stage(b);
     device_->consume_staged_batch(cfg_.data.mean, cfg_.data.std);
   } else {
-    const BatchAugment augment{cfg_.data.random_crop, cfg_.data.hflip, b->draws};
-    p_.backend.load_batch(b->images, b->labels, b->count, cfg_.data.mean, cfg_.data.std,
-                          b->draws ? &augment : nullptr);
+    p_.input.load(p_.backend, *b);
   }
+}
+
+// torch.nn.utils.clip_grad_norm_'s rule on the gradients the update reads:
+// their global L2 norm (in double), and when it is above the limit every
+// gradient scaled by limit / (norm + 1e-6).
+void StepRunner::clip_gradients(const OptimizerStep& os) {
+  const std::span<float> g = p_.optimizer.host_gradients();
+  const double inv_scale = 1.0 / os.grad_scale;
+  double sum = 0;
+#pragma omp parallel for reduction(+ : sum)
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double v = g[i] * inv_scale;
+    sum += v * v;
+  }
+  const double norm = std::sqrt(sum), limit = cfg_.train.clip_grad_norm;
+  if (!(norm > limit)) return;  // a NaN norm is left to the loss's NaN check
+  const auto factor = static_cast<float>(limit / (norm + 1e-6));
+#pragma omp parallel for
+  for (size_t i = 0; i < g.size(); ++i) g[i] *= factor;
 }
 
 // The loss scaler's verdict (reading the inf flag waits for the GPU), the
@@ -161,7 +183,7 @@ void StepRunner::replay_graph(const OptimizerStep& os) {
   if (!graph_recorded_) {
     device_->begin_capture();
     p_.model.forward(true);  // counts num_batches_tracked for this step
-    p_.loss.forward_backward(batch_);
+    p_.loss.forward_backward(p_.input.loss_rows(batch_));
     p_.model.backward();
     p_.optimizer.apply();
     device_->end_capture();
@@ -196,7 +218,7 @@ StepRecord StepRunner::step(const StepStart& at, RunObserver& obs) {
       in_use = b;
     else
       p_.loader.release(b);
-    rec.images += count;
+    rec.images += p_.input.loss_rows(count);  // GPT-2: tokens
     p_.loss.set_grad_scale(static_cast<float>(scaler_.scale()) /
                            static_cast<float>(accumulate_ * ranks_));
     if (use_graph) break;  // accumulate is 1 with graphs (checked when the run is built)
@@ -205,7 +227,7 @@ StepRecord StepRunner::step(const StepStart& at, RunObserver& obs) {
       p_.model.forward(true);
     }
     PhaseScope phase(obs, Phase::backward);
-    p_.loss.forward_backward(count);
+    p_.loss.forward_backward(p_.input.loss_rows(count));
     if (per_layer_) {
       p_.optimizer.set_step(os);
       p_.model.backward([this](std::span<Tensor* const> params) { p_.optimizer.apply_to(params); });
@@ -229,6 +251,7 @@ StepRecord StepRunner::step(const StepStart& at, RunObserver& obs) {
     if (reduce_) reduce_gradients(obs, at.kind == StepKind::measured);  // ends accumulation too
     PhaseScope phase(obs, Phase::optimizer);
     if (accumulate_ > 1 && !reduce_) p_.optimizer.accumulate_end();
+    if (cfg_.train.clip_grad_norm > 0) clip_gradients(os);
     p_.optimizer.step(os);
     if (!overlap_) finish(rec);
   }

@@ -21,16 +21,18 @@
 #include "engine/distributed/communicator.h"
 #include "engine/distributed/gradient_buckets.h"
 #include "engine/loss_scaler.h"
-#include "engine/model/resnet.h"
+#include "engine/batch_input.h"
+#include "engine/model/model.h"
 
 namespace xrun {
 
 struct StepParts {
   Backend& backend;
-  ResNet& model;
+  Model& model;
   LossOp& loss;
   OptimizerOp& optimizer;
   data::Loader& loader;
+  BatchInput& input;  // the loader's batches into the model's input
   // The run's ranks (train.ranks): with more than one, each micro-batch's
   // gradients are scaled by 1 / (accumulate x ranks) and summed across the
   // ranks before the update, so every rank applies the same one.
@@ -65,6 +67,7 @@ class StepRunner {
   void replay_graph(const OptimizerStep& os);
   void finish(StepRecord& rec);
   void reduce_gradients(RunObserver& obs, bool measured);
+  void clip_gradients(const OptimizerStep& os);
 
   const RunConfig& cfg_;
   StepParts p_;

@@ -14,11 +14,14 @@
 
 #include "core/stats.h"
 #include "engine/backend.h"
+#include "engine/batch_input.h"
 #include "engine/capture_window.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
+#include "engine/data/tokens.h"
 #include "engine/distributed/rank_stats.h"
+#include "engine/model/gpt2.h"
 #include "engine/model/resnet.h"
 #include "engine/model/step_bytes.h"
 #include "engine/model/step_flops.h"
@@ -77,18 +80,27 @@ class Run final : public StepSource {
   dist::Communicator& comm;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<data::Dataset> train_set, test_set;
-  std::unique_ptr<ResNet> model;
+  std::unique_ptr<Model> model;
   std::unique_ptr<LossOp> loss;
   std::unique_ptr<OptimizerOp> optimizer;
   std::unique_ptr<data::Loader> train_loader, test_loader;
+  std::unique_ptr<BatchInput> input;
   std::unique_ptr<StepRunner> runner;
   int batch = 0;
   int64_t steps_per_epoch = 0, total_steps = 0;
   int epochs = 0;
 
   void set_up() {
-    train_set = data::open_dataset(cfg.data, data::Split::train, cfg.train.seed);
-    if (cfg.train.eval) test_set = data::open_dataset(cfg.data, data::Split::test, cfg.train.seed);
+    if (cfg.model.is_gpt2()) {  // token windows, dealt by the loader as images are
+      const int vocab = static_cast<int>(cfg.model.vocab);
+      train_set = data::open_token_windows(cfg.data, data::Split::train, cfg.train.seed, vocab);
+      if (cfg.train.eval)
+        test_set = data::open_token_windows(cfg.data, data::Split::test, cfg.train.seed, vocab);
+    } else {
+      train_set = data::open_dataset(cfg.data, data::Split::train, cfg.train.seed);
+      if (cfg.train.eval)
+        test_set = data::open_dataset(cfg.data, data::Split::test, cfg.train.seed);
+    }
     if (train_set->num_classes() > cfg.model.num_classes)
       throw TrainError("model.num_classes = " + std::to_string(cfg.model.num_classes) +
                        " but the data has " + std::to_string(train_set->num_classes()) +
@@ -126,7 +138,7 @@ class Run final : public StepSource {
                                                   std::numeric_limits<int>::max()));
     }
     runner = std::make_unique<StepRunner>(
-        cfg, StepParts{*backend, *model, *loss, *optimizer, *train_loader, comm}, batch,
+        cfg, StepParts{*backend, *model, *loss, *optimizer, *train_loader, *input, comm}, batch,
         steps_per_epoch, total_steps);
   }
 
@@ -207,7 +219,7 @@ class Run final : public StepSource {
     p.start_step = start;
     p.total_steps = total_steps;
     p.steps_per_epoch = steps_per_epoch;
-    p.images_per_step = static_cast<int64_t>(batch) * cfg.train.accumulate * comm.size();
+    p.images_per_step = samples_per_step();
     p.log_every = cfg.train.log_every;
     p.loss_every_step = backend->host_synchronous();
     p.measure = cfg.measure;
@@ -237,11 +249,11 @@ class Run final : public StepSource {
     int64_t correct = 0, rows = 0;
     test_loader->start_epoch(0);
     while (const data::HostBatch* b = test_loader->next()) {
-      backend->load_batch(b->images, b->labels, b->count, cfg.data.mean, cfg.data.std);
-      const int count = b->count;
+      input->load(*backend, *b);
+      const int batch_rows = input->loss_rows(b->count);
       test_loader->release(b);
       model->forward(false);
-      loss->forward(count);
+      loss->forward(batch_rows);
       const LossOp::Results r = loss->read_results();
       loss_sum += r.loss_sum;
       correct += r.correct;
@@ -274,17 +286,28 @@ class Run final : public StepSource {
   // One optimizer step's FLOPs: train.accumulate passes and one update, on
   // every rank.
   double flops_per_step() const {
-    return count_step_flops(*model, optimizer_settings()).per_step(cfg.train.accumulate) *
+    if (const Gpt2* gpt2 = dynamic_cast<const Gpt2*>(model.get()))  // 6N + attention, per token
+      return gpt2_flops_per_token(gpt2->spec().shape, gpt2->spec().tokens) *
+             static_cast<double>(samples_per_step());
+    return count_step_flops(resnet(), optimizer_settings()).per_step(cfg.train.accumulate) *
+           comm.size();
+  }
+
+  // What the throughput counts per optimizer step over all ranks: images,
+  // or a language model's tokens.
+  int64_t samples_per_step() const {
+    return static_cast<int64_t>(batch) * model->rows_per_sample() * cfg.train.accumulate *
            comm.size();
   }
 
   // Each layer's FLOPs and least bytes per pass of one micro-batch, tensors
   // at the precision's element size.
   std::vector<LayerCostRecord> layer_costs() const {
-    const StepFlops flops = count_step_flops(*model, optimizer_settings());
+    if (!dynamic_cast<const ResNet*>(model.get())) return {};  // GPT-2: per-layer counts to come
+    const StepFlops flops = count_step_flops(resnet(), optimizer_settings());
     const int element = cfg.train.precision == Precision::fp16 ||
                                 cfg.train.precision == Precision::bf16 ? 2 : 4;
-    const std::vector<LayerBytes> bytes = count_layer_bytes(model->layer_shapes(), element);
+    const std::vector<LayerBytes> bytes = count_layer_bytes(resnet().layer_shapes(), element);
     std::vector<LayerCostRecord> out;
     for (const LayerFlops& f : flops.layers) {
       LayerCostRecord r{f.layer, f.pass, f.flops, 0};
@@ -317,6 +340,21 @@ class Run final : public StepSource {
     return os;
   }
 
+  const ResNet& resnet() const { return dynamic_cast<const ResNet&>(*model); }
+
+  // The run's model at batch `b`, its ops declared on `be`.
+  std::unique_ptr<Model> make_model(Backend& be, int b) const {
+    if (cfg.model.is_gpt2()) {
+      Gpt2Spec spec;
+      spec.shape = {cfg.model.layers, cfg.model.heads, cfg.model.width, cfg.model.context,
+                    cfg.model.vocab};
+      spec.batch = b;
+      spec.tokens = cfg.data.sequence_length;
+      return std::make_unique<Gpt2>(be, spec);
+    }
+    return std::make_unique<ResNet>(be, model_spec(b));
+  }
+
   ModelSpec model_spec(int b) const {
     ModelSpec spec;
     spec.arch = cfg.model.arch;
@@ -334,20 +372,23 @@ class Run final : public StepSource {
     loss.reset();
     optimizer.reset();
     backend = make_backend(cfg.train.device.name(), backend_options());
-    model = std::make_unique<ResNet>(*backend, model_spec(b));
+    model = make_model(*backend, b);
     if (cfg.profile.layers)
       model->set_layer_hooks({[this](const std::string& name) { obs_.on_layer_begin(name); },
                               [this] { obs_.on_layer_end(); }});
     loss = backend->softmax_cross_entropy(model->logits(), model->dlogits());
     optimizer = backend->optimizer(optimizer_settings(), cfg.train.accumulate > 1);
     backend->allocate();
+    if (const std::vector<Tensor*> undecayed = model->undecayed_parameters(); !undecayed.empty())
+      optimizer->exclude_from_decay(undecayed);
+    input = std::make_unique<BatchInput>(cfg, *model, b);
   }
 
   // The plan's size at batch `b`, without allocating it.
   int64_t planned_bytes(int b) const {
     auto be = make_backend(cfg.train.device.name(), backend_options());
-    ResNet m(*be, model_spec(b));
-    auto l = be->softmax_cross_entropy(m.logits(), m.dlogits());
+    const std::unique_ptr<Model> m = make_model(*be, b);
+    auto l = be->softmax_cross_entropy(m->logits(), m->dlogits());
     auto o = be->optimizer(optimizer_settings(), cfg.train.accumulate > 1);
     int64_t total = 0;
     for (const MemoryRecord& r : be->memory_plan()) total += r.bytes;
@@ -449,6 +490,8 @@ TrainResult train(const RunConfig& cfg, RunObserver& observers, const TrainConte
   TrainResult result;
   result.environment = backend.environment();
   result.environment.fields["parameters"] = std::to_string(run.model->parameter_count());
+  // What the throughput counts (progress lines, `show`): a GPT-2 run's tokens.
+  result.environment.fields["throughput_unit"] = cfg.model.is_gpt2() ? "tokens/s" : "images/s";
   obs.on_run_begin(result.environment, run.shape(start));
   // Every rank stops at the same step: a stop any of them sees is agreed on
   // (one all-reduce of a flag per step; a rank that stopped alone would
@@ -476,7 +519,7 @@ TrainResult train(const RunConfig& cfg, RunObserver& observers, const TrainConte
   result.memory = backend.memory_plan();
   result.conv_algorithms = backend.conv_algorithms();
   result.summary.ranks = run.comm.size();
-  result.summary.global_batch = static_cast<int64_t>(run.batch) * cfg.train.accumulate * run.comm.size();
+  result.summary.global_batch = run.samples_per_step();
   obs.on_run_end(result);
   order_phases(result.phases);
   if (run.comm.size() > 1) result.ranks = rank_records(run, loop, result);

@@ -58,19 +58,33 @@ std::vector<KeySpec> build_keys() {
   k.push_back(K("description", T::string, "Free text, shown by `plan`; not part of any hash.")
                   .def("").fixed().free_text());
   // --- [model] ---
-  k.push_back(K("model.arch", T::choice, "ResNet depth (torchvision layer shapes and names).")
-                  .one_of({"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"})
+  k.push_back(K("model.arch", T::choice, "ResNet depth (torchvision layer shapes and names), or a GPT-2 preset (transformers' GPT2LMHeadModel shapes and names).")
+                  .one_of({"resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "gpt2",
+                           "gpt2-medium", "gpt2-large", "gpt2-xl"})
                   .def("resnet50"));
-  k.push_back(K("model.num_classes", T::integer, "Classifier outputs; at least the data's classes.")
-                  .dep("the data's classes").at_least(2).at_most(100000));
+  k.push_back(K("model.num_classes", T::integer, "Classifier outputs; at least the data's classes (GPT-2: its vocabulary).")
+                  .dep("the data's classes; GPT-2: model.vocab").at_least(2).at_most(100000));
+  k.push_back(K("model.layers", T::integer, "GPT-2: transformer blocks (n_layer).")
+                  .dep("the preset's (gpt2 12); 0 for ResNet").at_least(0).at_most(1024));
+  k.push_back(K("model.heads", T::integer, "GPT-2: attention heads (n_head); width must be a multiple.")
+                  .dep("the preset's (gpt2 12); 0 for ResNet").at_least(0).at_most(1024));
+  k.push_back(K("model.width", T::integer, "GPT-2: embedding width (n_embd).")
+                  .dep("the preset's (gpt2 768); 0 for ResNet").at_least(0).at_most(65536));
+  k.push_back(K("model.context", T::integer, "GPT-2: positions (n_positions), the longest sequence.")
+                  .dep("the preset's (gpt2 1024); 0 for ResNet").at_least(0).at_most(65536));
+  k.push_back(K("model.vocab", T::integer, "GPT-2: vocabulary (vocab_size); every token below it.")
+                  .dep("the preset's (50257); text data 256; 0 for ResNet").at_least(0).at_most(100000));
   k.push_back(K("model.weights", T::string, "Safetensors file to start from; \"\" = fresh init.")
                   .def(""));
   // --- [data] ---
-  k.push_back(K("data.source", T::choice, "Dataset format: CIFAR-10 binary, IDX (MNIST family), or generated.")
-                  .one_of({"cifar10", "idx", "synthetic"}).def("synthetic"));
-  k.push_back(K("data.path", T::string, "Directory of the dataset files.")
+  k.push_back(K("data.source", T::choice, "Dataset format: CIFAR-10 binary, IDX (MNIST family), or generated; GPT-2: llm.c token files, UTF-8 text (bytes), or generated tokens.")
+                  .one_of({"cifar10", "idx", "synthetic", "tokens", "text"}).def("synthetic"));
+  k.push_back(K("data.path", T::string, "Directory of the dataset files (tokens, text: a file or a folder).")
                   .dep("the source's: cifar10 `data/cifar-10-batches-bin`, idx "
-                       "`/usr/share/datasets/fashion-mnist`, synthetic `\"\"`"));
+                       "`/usr/share/datasets/fashion-mnist`, tokens `data/tokens`, text "
+                       "`/usr/share/games/fortunes/literature` (Debian's fortunes-min), synthetic `\"\"`"));
+  k.push_back(K("data.sequence_length", T::integer, "GPT-2: tokens per training sequence (T), at most model.context.")
+                  .dep("model.context; 0 for ResNet").at_least(0).at_most(65536));
   k.push_back(K("data.image_size", T::integer, "Images are placed or resized to this square size.")
                   .dep("the source's: 32 (cifar10, synthetic), 28 (idx)").at_least(8).at_most(1024));
   k.push_back(K("data.channels", T::integer, "Model input channels (gray is replicated).")
@@ -96,8 +110,8 @@ std::vector<KeySpec> build_keys() {
                   .def(0).at_least(0));
   k.push_back(K("data.learnable", T::boolean, "Synthetic: class-dependent patterns (false: pure noise).")
                   .def(true));
-  k.push_back(K("data.samples", T::integer, "Synthetic: training-set size.").def(50000).at_least(1));
-  k.push_back(K("data.test_samples", T::integer, "Synthetic: test-set size.").def(10000).at_least(1));
+  k.push_back(K("data.samples", T::integer, "Synthetic: training-set size (GPT-2: sequences).").def(50000).at_least(1));
+  k.push_back(K("data.test_samples", T::integer, "Synthetic: test-set size (GPT-2: sequences).").def(10000).at_least(1));
   // --- [train] ---
   k.push_back(K("train.device", T::string, "Where to train; \"auto\" = cuda:0 when a GPU is present, else cpu.")
                   .def("auto").rule("`\"auto\"`, `\"cpu\"`, `\"cuda\"`, `\"cuda:N\"`", check_device));
@@ -105,6 +119,8 @@ std::vector<KeySpec> build_keys() {
                   .def(32).at_least(1).at_most(65536));
   k.push_back(K("train.memory_fraction", T::number, "batch_size = \"auto\": share of device memory to fill.")
                   .def(0.9).above(0).at_most(1));
+  k.push_back(K("train.clip_grad_norm", T::number, "Scale the gradients down to this global L2 norm when above it (torch.nn.utils.clip_grad_norm_); 0 = off. CPU engine.")
+                  .def(0).at_least(0));
   k.push_back(K("train.accumulate", T::integer, "Micro-batches per optimizer step (gradient accumulation).")
                   .def(1).at_least(1).at_most(1024));
   k.push_back(K("train.epochs", T::integer, "Passes over the training set; excludes train.steps.")

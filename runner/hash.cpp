@@ -156,6 +156,14 @@ nlohmann::json without_later_defaults(nlohmann::json config) {
       {"distributed.backend", "auto"},
       {"distributed.timeout_s", 120},
       {"distributed.bucket_mb", 25.0},
+      // Issue 25: GPT-2's shape (0 for a ResNet) and gradient clipping.
+      {"model.layers", 0},
+      {"model.heads", 0},
+      {"model.width", 0},
+      {"model.context", 0},
+      {"model.vocab", 0},
+      {"data.sequence_length", 0},
+      {"train.clip_grad_norm", 0.0},
   };
   for (const auto& [key, old_behaviour] : later) {
     const auto p = pointer(key);

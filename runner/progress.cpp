@@ -45,10 +45,10 @@ void ProgressDisplay::begin_run(int position, int count, int index, const std::s
 
 void ProgressDisplay::update(const Progress& p) {
   char line[256];
-  std::snprintf(line, sizeof line, "%s epoch %d/%d step %lld/%lld%s loss %.4f %.1f img/s ETA %s",
+  std::snprintf(line, sizeof line, "%s epoch %d/%d step %lld/%lld%s loss %.4f %.1f %s ETA %s",
                 prefix_.c_str(), p.epoch + 1, p.epochs, static_cast<long long>(p.step),
                 static_cast<long long>(p.total_steps), p.warmup ? " (warmup)" : "", p.loss,
-                p.images_per_second, format_duration(p.eta_seconds).c_str());
+                p.images_per_second, p.unit, format_duration(p.eta_seconds).c_str());
   if (tty_) {
     std::fprintf(out_, "\r\033[K%s", line);
     live_ = true;
@@ -114,6 +114,7 @@ void ProgressLine::on_step_end(const StepRecord& r) {
   p.epochs = shape_.epochs;
   p.loss = last_loss_;
   p.images_per_second = secs > 0 ? static_cast<double>(images_) / secs : 0;
+  p.unit = cfg_.model.is_gpt2() ? "tok/s" : "img/s";
   p.eta_seconds = steps_ > 0 ? secs / static_cast<double>(steps_) *
                                    static_cast<double>(shape_.total_steps - done)
                              : 0;

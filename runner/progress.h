@@ -20,7 +20,8 @@ struct Progress {
   int epoch = 0;             // 0-based
   int epochs = 0;
   double loss = 0;           // last loss read back
-  double images_per_second = 0;  // over the last progress interval
+  double images_per_second = 0;  // over the last progress interval (GPT-2: tokens)
+  const char* unit = "img/s";     // "tok/s" for a GPT-2 run
   double eta_seconds = 0;
   bool warmup = false;
 };

@@ -277,23 +277,27 @@ int show_command(const ShowArgs& args) {
       o << "  -            no figures: the run ended (" << r.status
         << ") before storing any; steps stored " << d.step_count << "\n";
     } else {
-      o << "  throughput   " << fixed(d.summary.throughput, 1) << " img/s over "
-        << d.summary.measured_steps << " measured steps (" << d.summary.measured_images
-        << " images, " << fixed(d.summary.measured_seconds, 2) << " s)\n"
+      // A GPT-2 run counts tokens (its environment says so).
+      const bool tokens = d.environment.get("throughput_unit") == "tokens/s";
+      o << "  throughput   " << fixed(d.summary.throughput, 1) << (tokens ? " tok/s" : " img/s")
+        << " over " << d.summary.measured_steps << " measured steps ("
+        << d.summary.measured_images << (tokens ? " tokens, " : " images, ")
+        << fixed(d.summary.measured_seconds, 2) << " s)\n"
         << "  step time    median " << fixed(d.summary.step_ms_median, 2) << " ms, p10 "
         << fixed(d.summary.step_ms_p10, 2) << ", p90 " << fixed(d.summary.step_ms_p90, 2)
         << ", mean " << fixed(d.summary.step_ms_mean, 2) << " +- "
         << fixed(d.summary.step_ms_stddev, 2) << "\n";
       if (d.summary.ranks > 1)
         o << "  ranks        " << d.summary.ranks << " processes, global batch "
-          << d.summary.global_batch << " images per step (batch " << d.summary.batch_size
+          << d.summary.global_batch << (tokens ? " tokens" : " images") << " per step (batch " << d.summary.batch_size
           << " per rank and micro-batch)\n";
       if (d.summary.step_outliers > 0)
         o << "  warning      " << d.summary.step_outliers
           << " step time outlier(s) (beyond 5 MADs of the median): another process, throttling?\n";
       if (std::isfinite(d.summary.flops_per_step))
         o << "  compute      " << flops_text(d.summary.flops_per_step, "FLOP")
-          << " per step (counted from the model's layers), "
+          << (tokens ? " per step (6 x parameters + attention, per token), "
+                     : " per step (counted from the model's layers), ")
           << flops_text(achieved_flops(d.summary), "FLOP/s") << " achieved\n";
       if (std::isfinite(d.summary.peak_flops) && std::isfinite(d.summary.flops_per_step))
         o << "  of peak      " << fixed(100.0 * achieved_flops(d.summary) / d.summary.peak_flops, 1)

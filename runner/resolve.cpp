@@ -5,6 +5,7 @@
 // the rules that join several keys, and the device rules, are checked.
 #include <stdexcept>
 
+#include "core/gpt2_shapes.h"
 #include "core/resnet_shapes.h"
 #include "engine/data/dataset.h"
 #include "runner/config_schema.h"
@@ -46,6 +47,7 @@ class Resolver {
       else put(spec.key, nullptr);
     }
     resolve_data();
+    resolve_model();
     resolve_train();
     check_rules();
     check_device();
@@ -70,6 +72,57 @@ class Resolver {
     fail(origin(key), key, run_prefix(always_name_run) + message);
   }
 
+  bool gpt2() const { return get("model.arch").get<std::string>().rfind("gpt2", 0) == 0; }
+
+  // GPT-2's shape: the preset's values where none is given; the vocabulary
+  // is the text source's 256 bytes. A ResNet gets 0 for every GPT-2 key.
+  void resolve_model() {
+    const std::string arch = get("model.arch"), source = get("data.source");
+    static const char* const kShapeKeys[] = {"model.layers", "model.heads", "model.width",
+                                             "model.context", "model.vocab",
+                                             "data.sequence_length"};
+    if (!gpt2()) {
+      for (const char* key : kShapeKeys) {
+        if (given(key)) rule(key, "a GPT-2 key; model.arch = \"" + arch + "\" is a ResNet");
+        put(key, 0);
+      }
+      if (source == "tokens" || source == "text")
+        rule("data.source", "'" + source + "' feeds a language model: set model.arch = \"gpt2\" "
+                            "(a ResNet trains on cifar10, idx or synthetic images)");
+      return;
+    }
+    if (source == "cifar10" || source == "idx")
+      rule("data.source", "GPT-2 trains on tokens: \"tokens\" (llm.c .bin files), \"text\" "
+                          "(UTF-8 as bytes) or \"synthetic\"; found '" + source + "'");
+    if (!get("data.augment").empty())
+      rule("data.augment", "image augmentations; GPT-2 reads token windows");
+    const Gpt2Shape preset = *gpt2_preset(arch);
+    fill("model.layers", preset.layers);
+    fill("model.heads", preset.heads);
+    fill("model.width", preset.width);
+    fill("model.context", preset.context);
+    fill("model.vocab", source == "text" ? 256 : preset.vocab);
+    fill("data.sequence_length", get("model.context"));
+    for (const char* key : kShapeKeys)
+      if (get(key).get<int64_t>() < 1) rule(key, "expected at least 1 for GPT-2, found 0");
+    const Gpt2Shape shape{get("model.layers"), get("model.heads"), get("model.width"),
+                          get("model.context"), get("model.vocab")};
+    if (const std::string problem = gpt2_shape_problem(shape); !problem.empty())
+      rule("model.heads", problem);
+    if (source == "text" && shape.vocab < 256)
+      rule("model.vocab", "text is read as bytes: the vocabulary must hold all 256, found " +
+                              std::to_string(shape.vocab));
+    if (get("data.sequence_length").get<int64_t>() > shape.context)
+      rule("data.sequence_length", "expected at most model.context (" +
+                                       std::to_string(shape.context) + " positions), found " +
+                                       get("data.sequence_length").dump());
+    if (given("model.num_classes") && get("model.num_classes") != shape.vocab)
+      rule("model.num_classes", "GPT-2's outputs are its vocabulary (model.vocab = " +
+                                    std::to_string(shape.vocab) + "); leave num_classes out");
+    put("model.num_classes", shape.vocab);
+    put("data.num_classes", shape.vocab);
+  }
+
   void resolve_data() {
     const std::string source = get("data.source");
     data::SourceDefaults sd = data::source_defaults(source);
@@ -82,6 +135,7 @@ class Resolver {
     fill("data.std", fit_channels(sd.std, channels));
     fill("model.num_classes", get("data.num_classes"));
 
+    if (gpt2()) return;  // classes: the vocabulary (resolve_model)
     if (given("data.num_classes") && source != "synthetic" && get("data.num_classes") != sd.num_classes)
       rule("data.num_classes", "only synthetic data takes num_classes; " + source + " has " +
                                    std::to_string(sd.num_classes) + " classes, found " +
@@ -155,6 +209,23 @@ class Resolver {
 
   void check_device() {
     const std::string device = get("train.device");
+    if (gpt2()) {
+      if (device != "cpu")
+        rule("train.device", "GPT-2's CUDA ops are not written yet (issue 25): train it with "
+                             "train.device = \"cpu\"", true);
+      if (get("train.precision") != "fp32")
+        rule("train.precision", "GPT-2 on the CPU trains in fp32 (its bf16 kernels are not "
+                                "written yet)", true);
+    }
+    if (get("train.clip_grad_norm").get<double>() > 0) {
+      if (device != "cpu")
+        rule("train.clip_grad_norm", "the CPU engine's (the CUDA engine's gradients stay on the "
+                                     "device: not written yet); this run's device is " + device,
+             true);
+      if (get("train.per_layer_update") == true)
+        rule("train.clip_grad_norm", "needs every gradient before the update: not with "
+                                     "train.per_layer_update", true);
+    }
     if (device == "cpu") {
       const std::string precision = get("train.precision");
       if (precision == "bf16" && ctx_.options->cpu_bf16_kernels.empty())
@@ -191,7 +262,8 @@ class Resolver {
     if (get("train.cuda_graphs") == true && get("train.accumulate") != 1)
       rule("train.cuda_graphs", "cuda_graphs records one whole step: it needs train.accumulate = 1",
            true);
-    if (get("train.batch_size").is_number_integer() && get("data.image_size").is_number_integer()) {
+    if (!gpt2() && get("train.batch_size").is_number_integer() &&
+        get("data.image_size").is_number_integer()) {
       const std::string problem = resnet_training_shape_problem(
           get("train.batch_size").get<int64_t>(), get("data.image_size").get<int64_t>());
       if (!problem.empty()) rule("train.batch_size", problem, true);

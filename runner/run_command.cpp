@@ -259,13 +259,16 @@ struct Outcome {
 };
 
 // The final table's line for a complete run.
-std::string complete_line(double throughput, double step_ms_median, double test_accuracy) {
+// A GPT-2 run (`tokens`) counts tokens and reports next-token accuracy.
+std::string complete_line(double throughput, double step_ms_median, double test_accuracy,
+                          bool tokens) {
   char line[256];
-  std::snprintf(line, sizeof line, "complete: %.1f img/s (median step %.1f ms)", throughput,
-                step_ms_median);
+  std::snprintf(line, sizeof line, "complete: %.1f %s (median step %.1f ms)", throughput,
+                tokens ? "tok/s" : "img/s", step_ms_median);
   std::string text = line;
   if (!std::isnan(test_accuracy)) {
-    std::snprintf(line, sizeof line, ", test accuracy %.2f%%", 100.0 * test_accuracy);
+    std::snprintf(line, sizeof line, ", %s %.2f%%",
+                  tokens ? "next-token accuracy" : "test accuracy", 100.0 * test_accuracy);
     text += line;
   }
   return text;
@@ -354,9 +357,14 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     db.write_ranks(uuid, result.ranks);
     db.finish_run(uuid, store::RunStatus::complete, result.summary);
     batch.commit();
-    const std::string line = complete_line(result.summary.throughput,
-                                           result.summary.step_ms_median,
-                                           result.summary.test_accuracy);
+    std::string line = complete_line(result.summary.throughput, result.summary.step_ms_median,
+                                     result.summary.test_accuracy, cfg.model.is_gpt2());
+    if (cfg.model.is_gpt2() && !std::isnan(result.summary.test_loss)) {
+      char more[96];  // a language model's validation figures
+      std::snprintf(more, sizeof more, ", val loss %.4f (perplexity %.2f)",
+                    result.summary.test_loss, std::exp(result.summary.test_loss));
+      line += more;
+    }
     display.end_run(line);
     return {store::RunStatus::complete, line};
   } catch (const TrainInterrupted& e) {
@@ -515,7 +523,8 @@ Outcome child_outcome(store::Store& db, const RunSpec& spec, const ChildEnd& end
   }
   o.status = store::run_status_from_string(mine->status);
   o.line = o.status == store::RunStatus::complete
-               ? complete_line(mine->throughput, mine->step_ms_median, mine->test_accuracy)
+               ? complete_line(mine->throughput, mine->step_ms_median, mine->test_accuracy,
+                               spec.config["model"]["arch"].get<std::string>().rfind("gpt2", 0) == 0)
                : mine->error;
   return o;
 }

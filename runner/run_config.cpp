@@ -13,6 +13,11 @@ RunConfig to_run_config(const nlohmann::json& c) {
   r.model.arch = m.at("arch").get<std::string>();
   r.model.num_classes = m.at("num_classes").get<int>();
   r.model.weights = m.at("weights").get<std::string>();
+  r.model.layers = m.at("layers").get<int64_t>();
+  r.model.heads = m.at("heads").get<int64_t>();
+  r.model.width = m.at("width").get<int64_t>();
+  r.model.context = m.at("context").get<int64_t>();
+  r.model.vocab = m.at("vocab").get<int64_t>();
 
   const auto& d = c.at("data");
   r.data.source = d.at("source").get<std::string>();
@@ -35,6 +40,7 @@ RunConfig to_run_config(const nlohmann::json& c) {
   r.data.test_limit = d.at("test_limit").get<int64_t>();
   r.data.learnable = d.at("learnable").get<bool>();
   r.data.samples = d.at("samples").get<int64_t>();
+  r.data.sequence_length = d.at("sequence_length").get<int64_t>();
   r.data.test_samples = d.at("test_samples").get<int64_t>();
 
   const auto& t = c.at("train");
@@ -51,6 +57,7 @@ RunConfig to_run_config(const nlohmann::json& c) {
       bench.is_string() ? bench.get<std::string>() : bench.get<bool>() ? "true" : "false");
   r.train.cuda_graphs = t.at("cuda_graphs").get<bool>();
   r.train.per_layer_update = t.at("per_layer_update").get<bool>();
+  r.train.clip_grad_norm = t.at("clip_grad_norm").get<double>();
   r.train.seed = t.at("seed").get<uint64_t>();
   r.train.threads = t.at("threads").get<int>();
   r.train.eval = t.at("eval").get<bool>();

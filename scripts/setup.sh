@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build git pkg-config
           libtomlplusplus-dev libsqlite3-dev sqlite3 catch2 libcli11-dev
           libdnnl-dev libgloo-dev ocl-icd-opencl-dev nlohmann-json3-dev zlib1g-dev dataset-fashion-mnist
+          fortunes-min
           python3 python3-venv chromium slurm-wlm munge)
 only_packages=0
 if [ "${1:-}" = "--packages" ]; then

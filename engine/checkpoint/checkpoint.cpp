@@ -75,7 +75,7 @@ std::string optimizer_state_path(const std::string& path) {
   return path + ".optim.safetensors";
 }
 
-void save_checkpoint(const std::string& path, const ResNet& model, Backend& backend,
+void save_checkpoint(const std::string& path, const Model& model, Backend& backend,
                      OptimizerOp& optimizer, const CheckpointState& state) {
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
@@ -128,7 +128,7 @@ void save_checkpoint(const std::string& path, const ResNet& model, Backend& back
   write_safetensors(optimizer_state_path(path), state_views, optim_meta);
 }
 
-void load_weights(const std::string& path, ResNet& model, Backend& backend) {
+void load_weights(const std::string& path, Model& model, Backend& backend) {
   const SafetensorsFile file = SafetensorsFile::open(path);
   std::vector<std::string> missing, wrong;
   for (const StateEntry& e : model.state()) {
@@ -149,13 +149,28 @@ void load_weights(const std::string& path, ResNet& model, Backend& backend) {
   }
   std::set<std::string> known;
   for (const StateEntry& e : model.state()) known.insert(e.name);
+  // A tied weight (transformers keeps GPT-2's lm_head.weight in its
+  // state_dict) is taken where it holds its twin's values.
+  for (const Model::TiedWeight& t : model.tied_weights()) {
+    if (!file.contains(t.name)) continue;
+    known.insert(t.name);
+    if (!file.contains(t.same_as)) continue;  // reported missing above
+    const auto& tied = file.get(t.name);
+    const auto& twin = file.get(t.same_as);
+    std::vector<char> a(tied.bytes), b(twin.bytes);
+    if (tied.bytes == twin.bytes) {
+      tied.copy_to(a.data(), a.size());
+      twin.copy_to(b.data(), b.size());
+    }
+    if (tied.dtype != twin.dtype || tied.shape != twin.shape || a != b)
+      wrong.push_back(t.name + " differs from " + t.same_as + ", which the model ties it to");
+  }
   std::vector<std::string> unexpected;
   for (const std::string& name : file.names())
     if (!known.count(name)) unexpected.push_back(name);
   if (!missing.empty() || !unexpected.empty() || !wrong.empty()) {
     std::ostringstream msg;
-    msg << path << " does not fit " << model.spec().arch << " with "
-        << model.spec().num_classes << " classes:";
+    msg << path << " does not fit " << model.describe() << ":";
     auto list = [&](const char* what, const std::vector<std::string>& v) {
       if (v.empty()) return;
       msg << "\n  " << what << " (" << v.size() << "):";
@@ -182,7 +197,7 @@ void load_weights(const std::string& path, ResNet& model, Backend& backend) {
   }
 }
 
-CheckpointState load_checkpoint(const std::string& path, ResNet& model, Backend& backend,
+CheckpointState load_checkpoint(const std::string& path, Model& model, Backend& backend,
                                 OptimizerOp& optimizer) {
   load_weights(path, model, backend);
   const SafetensorsFile weights = SafetensorsFile::open(path);

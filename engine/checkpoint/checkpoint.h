@@ -2,8 +2,10 @@
 // safetensors files. `path` holds torchvision's state_dict (parameters, BN
 // running statistics, num_batches_tracked; canonical layouts, F32/I64), so
 // torchvision.models.resnet50(num_classes=N).load_state_dict(
-// safetensors.torch.load_file(path)) works unchanged. The optimizer state
-// and step go to a companion file (optimizer_state_path(path)).
+// safetensors.torch.load_file(path)) works unchanged; a GPT-2's holds
+// transformers' GPT2LMHeadModel state_dict without the tied lm_head.weight
+// (as save_pretrained writes it; from_pretrained ties it again). The
+// optimizer state and step go to a companion file (optimizer_state_path(path)).
 #pragma once
 
 #include <cstdint>
@@ -11,7 +13,7 @@
 
 #include "engine/backend.h"
 #include "engine/checkpoint/safetensors.h"
-#include "engine/model/resnet.h"
+#include "engine/model/model.h"
 
 namespace xrun {
 
@@ -44,18 +46,19 @@ bool is_xrun_checkpoint(const std::string& path);
 std::string checkpoint_file_problem(const std::string& path);
 
 // Writes both files (each atomically; the step is recorded in both).
-void save_checkpoint(const std::string& path, const ResNet& model, Backend& backend,
+void save_checkpoint(const std::string& path, const Model& model, Backend& backend,
                      OptimizerOp& optimizer, const CheckpointState& state);
 
 // Restores weights, BN statistics, optimizer state and step. Throws
 // CheckpointError when a file is missing or the two files disagree.
-CheckpointState load_checkpoint(const std::string& path, ResNet& model, Backend& backend,
+CheckpointState load_checkpoint(const std::string& path, Model& model, Backend& backend,
                                 OptimizerOp& optimizer);
 
 // Loads a state_dict (e.g. a torchvision model saved from PyTorch with
 // safetensors): every tensor the model has, no other, with matching shapes;
 // otherwise a CheckpointError naming the missing, unexpected and mis-shaped
-// tensors.
-void load_weights(const std::string& path, ResNet& model, Backend& backend);
+// tensors. A weight the model ties (Model::tied_weights) may be there too
+// when it holds its twin's values.
+void load_weights(const std::string& path, Model& model, Backend& backend);
 
 }  // namespace xrun

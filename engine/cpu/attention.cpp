@@ -131,3 +131,63 @@ void causal_attention_backward(const AttentionShape& s, const float* qkv, const 
 }
 
 }  // namespace xrun::cpu
+
+// ------------------------------------------------------------ the op --
+#include <stdexcept>
+#include <string>
+
+#include "engine/cpu/cpu_backend.h"
+
+namespace xrun::cpu {
+namespace {
+
+// The probabilities are kept between the passes while they take at most
+// this much a layer; beyond it (long contexts) the backward pass recomputes
+// them.
+constexpr int64_t kKeepProbabilitiesBytes = int64_t{64} << 20;
+
+class CpuAttention final : public ActivationOp {
+ public:
+  CpuAttention(CpuBackend& be, const std::string& name, CpuTensor* qkv, CpuTensor* dqkv,
+               int64_t batch, int64_t heads)
+      : qkv_(qkv), dqkv_(dqkv) {
+    if (qkv->dims.size() != 2 || qkv->dims[1] % 3 != 0 || qkv->dtype != DType::f32 ||
+        !is_plain(qkv->md) || qkv->dims[0] % batch != 0)
+      throw std::logic_error(name + ": expects a plain fp32 qkv [B*T, 3C]");
+    shape_ = {batch, qkv->dims[0] / batch, heads, qkv->dims[1] / 3};
+    if (shape_.width % heads != 0)
+      throw std::logic_error(name + ": width not a multiple of the heads");
+    const int64_t rows = qkv->dims[0], c = shape_.width;
+    y = be.declare(name + ".y", {rows, c}, plain_md({rows, c}), TensorRole::activation);
+    dy = be.declare(name + ".dy", {rows, c}, plain_md({rows, c}), TensorRole::activation_grad);
+    const int64_t t = shape_.tokens;
+    if (batch * heads * t * t * 4 <= kKeepProbabilitiesBytes)
+      p_ = be.declare(name + ".p", {batch, heads, t, t}, plain_md({batch, heads, t, t}),
+                      TensorRole::workspace);
+    be.note_kernel("attention", p_ ? "xrun:causal_double_keep_p" : "xrun:causal_double_recompute_p");
+  }
+  void forward() override {
+    causal_attention_forward(shape_, f(qkv_), f(y), p_ ? f(p_) : nullptr);
+  }
+  void backward() override {
+    if (!dqkv_) throw std::logic_error("attention: backward without dqkv");
+    causal_attention_backward(shape_, f(qkv_), p_ ? f(p_) : nullptr, f(dy), f(dqkv_));
+  }
+
+ private:
+  static float* f(Tensor* t) { return static_cast<float*>(t->data); }
+  CpuTensor* qkv_;
+  CpuTensor* dqkv_;
+  AttentionShape shape_;
+  CpuTensor* p_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<ActivationOp> make_causal_attention(CpuBackend& be, const std::string& name,
+                                                    CpuTensor* qkv, CpuTensor* dqkv,
+                                                    int64_t batch, int64_t heads) {
+  return std::make_unique<CpuAttention>(be, name, qkv, dqkv, batch, heads);
+}
+
+}  // namespace xrun::cpu

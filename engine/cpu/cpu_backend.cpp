@@ -222,6 +222,61 @@ std::unique_ptr<LossOp> CpuBackend::softmax_cross_entropy(Tensor* logits, Tensor
 
 PointwiseOps& CpuBackend::pointwise() { return *pointwise_; }
 
+Tensor* CpuBackend::token_input(int64_t batch, int64_t tokens_per_row) {
+  if (tokens_ || input_) throw std::logic_error("cpu backend: one model input");
+  tokens_ = declare("tokens", {batch, tokens_per_row},
+                    plain_md({batch, tokens_per_row}, memory::data_type::s32), TensorRole::io,
+                    DType::i32);
+  return tokens_;
+}
+
+std::unique_ptr<EmbeddingOp> CpuBackend::embedding(const std::string& wte_name,
+                                                   const std::string& wpe_name, Tensor* tokens,
+                                                   int64_t vocab, int64_t context, int64_t width) {
+  return make_embedding(*this, wte_name, wpe_name, as_cpu(tokens), vocab, context, width);
+}
+
+std::unique_ptr<LayerNormOp> CpuBackend::layer_norm(const std::string& name, Tensor* x,
+                                                    Tensor* dx, bool add_to_dx) {
+  return make_layer_norm(*this, name, as_cpu(x), as_cpu(dx), add_to_dx);
+}
+
+std::unique_ptr<LinearOp> CpuBackend::linear_in_out(const std::string& name, Tensor* x,
+                                                    Tensor* dx, int64_t out_features) {
+  return make_linear_in_out(*this, name, as_cpu(x), as_cpu(dx), out_features);
+}
+
+std::unique_ptr<LinearOp> CpuBackend::linear_tied(const std::string& name, Tensor* x, Tensor* dx,
+                                                  Tensor* weight, Tensor* weight_grad) {
+  return make_linear_tied(*this, name, as_cpu(x), as_cpu(dx), weight, weight_grad);
+}
+
+std::unique_ptr<ActivationOp> CpuBackend::causal_attention(const std::string& name, Tensor* qkv,
+                                                           Tensor* dqkv, int64_t batch,
+                                                           int64_t heads) {
+  return make_causal_attention(*this, name, as_cpu(qkv), as_cpu(dqkv), batch, heads);
+}
+
+std::unique_ptr<ActivationOp> CpuBackend::gelu(const std::string& name, Tensor* x, Tensor* dx) {
+  return make_gelu(*this, name, as_cpu(x), as_cpu(dx));
+}
+
+std::unique_ptr<ResidualAddOp> CpuBackend::residual_add(const std::string& name, Tensor* a,
+                                                        Tensor* da, Tensor* b, Tensor* db) {
+  return make_residual_add(*this, name, as_cpu(a), as_cpu(da), as_cpu(b), as_cpu(db));
+}
+
+void CpuBackend::load_tokens(const int32_t* tokens, const int32_t* targets, int rows) {
+  if (!tokens_ || !labels_) throw std::logic_error("load_tokens: model has no token input or loss");
+  const int64_t batch = tokens_->dims[0], t = tokens_->dims[1];
+  if (rows < 0 || rows > batch) throw std::invalid_argument("load_tokens: batch larger than the plan");
+  const size_t used = static_cast<size_t>(rows * t) * sizeof(int32_t);
+  for (auto [dst, src] : {std::pair{tokens_, tokens}, std::pair{labels_, targets}}) {
+    std::memcpy(dst->data, src, used);
+    std::memset(static_cast<char*>(dst->data) + used, 0, dst->bytes - used);
+  }
+}
+
 std::unique_ptr<OptimizerOp> CpuBackend::optimizer(const OptimizerSettings& settings,
                                                    bool accumulation) {
   return make_optimizer(*this, settings, accumulation);
@@ -266,7 +321,8 @@ void CpuBackend::allocate() {
   // batch that fits.
   if (const int64_t available = available_memory(); available > 0)
     plan_.check_fits({{"scratchpad", static_cast<int64_t>(scratchpad_bytes_)}},
-                     input_ ? input_->dims[0] : 1, available, "in memory");
+                     input_ ? input_->dims[0] : tokens_ ? tokens_->dims[0] : 1, available,
+                     "in memory");
   for (const auto& entry : plan_.mirrors())
     plan_.set_mirror_base(entry.first, allocate_region(region_bytes(TensorRole::parameter)));
   for (size_t i = 0; i < 7; ++i) {

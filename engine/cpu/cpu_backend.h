@@ -10,7 +10,9 @@
 // weight, remade after every update: weights_version()); batch-norm sums,
 // the fc layer and the loss in fp32. The op families are in conv.cpp, batchnorm.cpp (xrun's own
 // loops on those layouts, not oneDNN's), pooling.cpp, linear.cpp, loss.cpp,
-// pointwise.cpp and optimizer.cpp.
+// pointwise.cpp and optimizer.cpp; GPT-2's (plain fp32 [rows, C] tensors at
+// every precision) in matmul.cpp, layer_norm.cpp, attention.cpp and
+// gpt2_pointwise.cpp.
 #pragma once
 
 #include <array>
@@ -95,6 +97,23 @@ class CpuBackend final : public Backend {
                                    int64_t out_features) override;
   std::unique_ptr<LossOp> softmax_cross_entropy(Tensor* logits, Tensor* dlogits) override;
   PointwiseOps& pointwise() override;
+  Tensor* token_input(int64_t batch, int64_t tokens_per_row) override;
+  std::unique_ptr<EmbeddingOp> embedding(const std::string& wte_name, const std::string& wpe_name,
+                                         Tensor* tokens, int64_t vocab, int64_t context,
+                                         int64_t width) override;
+  std::unique_ptr<LayerNormOp> layer_norm(const std::string& name, Tensor* x, Tensor* dx,
+                                          bool add_to_dx) override;
+  std::unique_ptr<LinearOp> linear_in_out(const std::string& name, Tensor* x, Tensor* dx,
+                                          int64_t out_features) override;
+  std::unique_ptr<LinearOp> linear_tied(const std::string& name, Tensor* x, Tensor* dx,
+                                        Tensor* weight, Tensor* weight_grad) override;
+  std::unique_ptr<ActivationOp> causal_attention(const std::string& name, Tensor* qkv,
+                                                 Tensor* dqkv, int64_t batch,
+                                                 int64_t heads) override;
+  std::unique_ptr<ActivationOp> gelu(const std::string& name, Tensor* x, Tensor* dx) override;
+  std::unique_ptr<ResidualAddOp> residual_add(const std::string& name, Tensor* a, Tensor* da,
+                                              Tensor* b, Tensor* db) override;
+  void load_tokens(const int32_t* tokens, const int32_t* targets, int rows) override;
   std::unique_ptr<OptimizerOp> optimizer(const OptimizerSettings& settings,
                                          bool accumulation) override;
 
@@ -175,6 +194,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<PointwiseOps> pointwise_;
   CpuTensor* input_ = nullptr;
   CpuTensor* labels_ = nullptr;
+  CpuTensor* tokens_ = nullptr;  // GPT-2's token input
   int64_t allocated_bytes_ = 0;
   std::vector<char*> allocations_;
 
@@ -213,6 +233,24 @@ std::unique_ptr<LinearOp> make_linear(CpuBackend& be, const std::string& name, C
 std::unique_ptr<LossOp> make_softmax_cross_entropy(CpuBackend& be, CpuTensor* logits,
                                                    CpuTensor* dlogits, CpuTensor* labels);
 std::unique_ptr<PointwiseOps> make_pointwise(CpuBackend& be);
+// GPT-2's families: matmul.cpp, layer_norm.cpp, attention.cpp, gpt2_pointwise.cpp.
+std::unique_ptr<LinearOp> make_linear_in_out(CpuBackend& be, const std::string& name,
+                                             CpuTensor* x, CpuTensor* dx, int64_t out_features);
+std::unique_ptr<LinearOp> make_linear_tied(CpuBackend& be, const std::string& name, CpuTensor* x,
+                                           CpuTensor* dx, Tensor* weight, Tensor* weight_grad);
+std::unique_ptr<LayerNormOp> make_layer_norm(CpuBackend& be, const std::string& name,
+                                             CpuTensor* x, CpuTensor* dx, bool add_to_dx);
+std::unique_ptr<ActivationOp> make_causal_attention(CpuBackend& be, const std::string& name,
+                                                    CpuTensor* qkv, CpuTensor* dqkv,
+                                                    int64_t batch, int64_t heads);
+std::unique_ptr<EmbeddingOp> make_embedding(CpuBackend& be, const std::string& wte_name,
+                                            const std::string& wpe_name, CpuTensor* tokens,
+                                            int64_t vocab, int64_t context, int64_t width);
+std::unique_ptr<ActivationOp> make_gelu(CpuBackend& be, const std::string& name, CpuTensor* x,
+                                        CpuTensor* dx);
+std::unique_ptr<ResidualAddOp> make_residual_add(CpuBackend& be, const std::string& name,
+                                                 CpuTensor* a, CpuTensor* da, CpuTensor* b,
+                                                 CpuTensor* db);
 std::unique_ptr<OptimizerOp> make_optimizer(CpuBackend& be, const OptimizerSettings& settings,
                                             bool accumulation);
 

@@ -100,6 +100,17 @@ inline dnnl::matmul::primitive_desc matmul(const engine& eng, const primitive_at
 #endif
 }
 
+// The same with a bias [1, O] added to every row.
+inline dnnl::matmul::primitive_desc matmul(const engine& eng, const primitive_attr& attr,
+                                           const memory::desc& src, const memory::desc& weights,
+                                           const memory::desc& bias, const memory::desc& dst) {
+#if DNNL_VERSION_MAJOR >= 3
+  return {eng, src, weights, bias, dst, attr};
+#else
+  return {{src, weights, bias, dst}, attr, eng};
+#endif
+}
+
 inline dnnl::pooling_forward::primitive_desc pooling_forward(
     const engine& eng, const primitive_attr& attr, prop_kind prop, algorithm alg,
     const memory::desc& src, const memory::desc& dst, const memory::dims& strides,

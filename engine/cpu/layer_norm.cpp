@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -47,15 +48,25 @@ void layer_norm_forward(const float* x, const float* gamma, const float* beta, i
   }
 }
 
+size_t layer_norm_scratch_values(int64_t c) {
+  return static_cast<size_t>(omp_get_max_threads()) * 2 * static_cast<size_t>(c);
+}
+
 XRUN_VECTOR_CLONES
 void layer_norm_backward(const float* dy, const float* x, const float* gamma, int64_t rows,
-                         int64_t c, float* dx, float* dgamma, float* dbeta) {
+                         int64_t c, float* dx, float* dgamma, float* dbeta, bool add_to_dx,
+                         double* partial) {
   const int threads = omp_get_max_threads();
-  std::vector<double> partial(static_cast<size_t>(threads) * 2 * c, 0.0);
+  std::vector<double> own;
+  if (!partial) {
+    own.resize(layer_norm_scratch_values(c));
+    partial = own.data();
+  }
+  std::fill(partial, partial + static_cast<size_t>(threads) * 2 * c, 0.0);
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
-    double* dg = partial.data() + static_cast<size_t>(t) * 2 * c;
+    double* dg = partial + static_cast<size_t>(t) * 2 * c;
     double* db = dg + c;
     const int64_t begin = rows * t / n, end = rows * (t + 1) / n;
     for (int64_t r = begin; r < end; ++r) {
@@ -79,8 +90,8 @@ void layer_norm_backward(const float* dy, const float* x, const float* gamma, in
       float* dxr = dx + r * c;
       for (int64_t j = 0; j < c; ++j) {
         const double xhat = (xr[j] - m) * s;
-        dxr[j] = static_cast<float>(s * (static_cast<double>(dyr[j]) * gamma[j] - g_mean -
-                                         xhat * gx_mean));
+        const double d = s * (static_cast<double>(dyr[j]) * gamma[j] - g_mean - xhat * gx_mean);
+        dxr[j] = add_to_dx ? static_cast<float>(dxr[j] + d) : static_cast<float>(d);
       }
     }
   }
@@ -93,6 +104,58 @@ void layer_norm_backward(const float* dy, const float* x, const float* gamma, in
     dgamma[j] = static_cast<float>(g);
     dbeta[j] = static_cast<float>(b);
   }
+}
+
+}  // namespace xrun::cpu
+
+// ------------------------------------------------------------ the op --
+namespace xrun::cpu {
+namespace {
+
+class CpuLayerNorm final : public LayerNormOp {
+ public:
+  CpuLayerNorm(CpuBackend& be, const std::string& name, CpuTensor* x, CpuTensor* dx,
+               bool add_to_dx)
+      : x_(x), dx_(dx), add_to_dx_(add_to_dx) {
+    if (x->dims.size() != 2 || x->dtype != DType::f32 || !is_plain(x->md))
+      throw std::logic_error(name + ": expects a plain fp32 [rows, C] input");
+    rows_ = x->dims[0], c_ = x->dims[1];
+    auto [g, gg] = be.declare_parameter(name + ".weight", {c_}, plain_md({c_}));
+    auto [b, bg] = be.declare_parameter(name + ".bias", {c_}, plain_md({c_}));
+    gamma = g, gamma_grad = gg, beta = b, beta_grad = bg;
+    y = be.declare(name + ".y", x->dims, x->md, TensorRole::activation);
+    dy = be.declare(name + ".dy", x->dims, x->md, TensorRole::activation_grad);
+    mean_ = be.declare(name + ".mean", {rows_}, plain_md({rows_}), TensorRole::workspace);
+    rstd_ = be.declare(name + ".rstd", {rows_}, plain_md({rows_}), TensorRole::workspace);
+    partial_.resize(layer_norm_scratch_values(c_));
+    be.note_kernel("layer_norm", "xrun:rows_double");
+  }
+  void forward() override {
+    layer_norm_forward(f(x_), f(gamma), f(beta), rows_, c_, kLayerNormEps, f(y), f(mean_),
+                       f(rstd_));
+  }
+  void backward() override {
+    if (!dx_) throw std::logic_error("layer norm: backward without dx");
+    layer_norm_backward(f(dy), f(x_), f(gamma), rows_, c_, f(dx_), f(gamma_grad), f(beta_grad),
+                        add_to_dx_, partial_.data());
+  }
+
+ private:
+  static float* f(Tensor* t) { return static_cast<float*>(t->data); }
+  CpuTensor* x_;
+  CpuTensor* dx_;
+  bool add_to_dx_;
+  int64_t rows_, c_;
+  CpuTensor* mean_;
+  CpuTensor* rstd_;
+  std::vector<double> partial_;
+};
+
+}  // namespace
+
+std::unique_ptr<LayerNormOp> make_layer_norm(CpuBackend& be, const std::string& name,
+                                             CpuTensor* x, CpuTensor* dx, bool add_to_dx) {
+  return std::make_unique<CpuLayerNorm>(be, name, x, dx, add_to_dx);
 }
 
 }  // namespace xrun::cpu

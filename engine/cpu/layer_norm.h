@@ -7,6 +7,7 @@
 // from zero mean.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace xrun::cpu {
@@ -26,7 +27,12 @@ void layer_norm_forward(const float* x, const float* gamma, const float* beta, i
 // thread count, so a run repeats itself bit for bit). Each row's mean and
 // rstd are taken again from x in double (with kLayerNormEps), not from the
 // forward pass's float copies.
+// With add_to_dx, dx is added to instead (a residual stream's gradient).
+// `partial` is room for the per-thread sums (layer_norm_scratch_values(c)
+// doubles), or null to have the call make its own.
 void layer_norm_backward(const float* dy, const float* x, const float* gamma, int64_t rows,
-                         int64_t c, float* dx, float* dgamma, float* dbeta);
+                         int64_t c, float* dx, float* dgamma, float* dbeta,
+                         bool add_to_dx = false, double* partial = nullptr);
+size_t layer_norm_scratch_values(int64_t c);
 
 }  // namespace xrun::cpu

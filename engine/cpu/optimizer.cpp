@@ -3,7 +3,10 @@
 // state value sits at the same offset in its region, so the update is one
 // vectorised loop whatever the layouts), or over one layer's parameters at a
 // time during the backward pass (apply_to): the same kernel on a sub-range,
-// so the same operations per element. Also gradient accumulation.
+// so the same operations per element. Parameters left out of the weight
+// decay (exclude_from_decay) split the pass into pieces. Also gradient
+// accumulation.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -101,6 +104,16 @@ class CpuOptimizer final : public OptimizerOp {
     be_.weights_changed();
   }
 
+  void exclude_from_decay(std::span<Tensor* const> params) override {
+    for (Tensor* t : params) {
+      if (t->role != TensorRole::parameter)
+        throw std::invalid_argument(t->name + " is not a parameter");
+      no_decay_.push_back({static_cast<int64_t>(t->offset / sizeof(float)),
+                           static_cast<int64_t>(t->bytes / sizeof(float))});
+    }
+    std::sort(no_decay_.begin(), no_decay_.end());
+  }
+
   void zero_grad() override {
     std::memset(be_.region(TensorRole::gradient), 0, be_.region_bytes(TensorRole::gradient));
   }
@@ -132,14 +145,28 @@ class CpuOptimizer final : public OptimizerOp {
   }
 
  private:
-  // The update of elements [begin, begin + n) of the flat regions.
+  // The update of elements [begin, begin + n) of the flat regions, in
+  // pieces where some are left out of the weight decay.
   void update(int64_t begin, int64_t n) {
+    int64_t at = begin;
+    const int64_t end = begin + n;
+    for (const auto& [first, count] : no_decay_) {
+      const int64_t lo = std::max(first, at), hi = std::min(first + count, end);
+      if (lo >= hi) continue;
+      if (at < lo) update_piece(at, lo - at, true);
+      update_piece(lo, hi - lo, false);
+      at = hi;
+    }
+    if (at < end) update_piece(at, end - at, true);
+  }
+
+  void update_piece(int64_t begin, int64_t n, bool decay) {
     float* p = be_.region(TensorRole::parameter) + begin;
     const float* g = be_.region(TensorRole::gradient) + begin;
     const OptimizerStep& st = st_;
     const float inv_scale = 1.0f / st.grad_scale;
     const float lr = static_cast<float>(st.lr);
-    const float wd = static_cast<float>(s_.weight_decay);
+    const float wd = decay ? static_cast<float>(s_.weight_decay) : 0.0f;
     if (s_.name == "adamw") {
       AdamWStep a;
       a.inv_scale = inv_scale;
@@ -194,6 +221,7 @@ class CpuOptimizer final : public OptimizerOp {
   bool started_this_step_ = false;  // SGD: this step's update has begun its momentum buffers
   bool found_inf_ = false;
   OptimizerStep st_;
+  std::vector<std::pair<int64_t, int64_t>> no_decay_;  // (first element, count), sorted
 };
 
 }  // namespace

@@ -17,6 +17,11 @@ SourceDefaults source_defaults(const std::string& source) {
     return {10, 1, 28, {0.2860f}, {0.3530f}, "/usr/share/datasets/fashion-mnist"};
   if (source == "synthetic")
     return {10, 3, 32, {0.5f, 0.5f, 0.5f}, {0.25f, 0.25f, 0.25f}, ""};
+  // The token sources (GPT-2): "classes" is the vocabulary; the image
+  // fields are unused (one channel, the smallest size the schema takes).
+  if (source == "tokens") return {50257, 1, 8, {0.0f}, {1.0f}, "data/tokens"};
+  if (source == "text")  // bytes: a file of the Debian package fortunes-min
+    return {256, 1, 8, {0.0f}, {1.0f}, "/usr/share/games/fortunes/literature"};
   throw std::invalid_argument("unknown data source '" + source + "'");
 }
 

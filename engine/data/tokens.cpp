@@ -364,4 +364,56 @@ void TokenBatches::get(int64_t index, int32_t* inputs, int32_t* targets) const {
               targets);
 }
 
+TokenWindows::TokenWindows(std::unique_ptr<TokenSource> src, int context, int64_t limit,
+                           const std::string& what)
+    : src_(std::move(src)), context_(context), starts_(window_starts(*src_, context, what)) {
+  if (limit > 0 && limit < size()) starts_.resize(static_cast<size_t>(limit));
+}
+
+void TokenWindows::get(int64_t index, uint8_t* chw, int32_t* label) const {
+  // The loader's buffers are 64-byte aligned and each sample is 4 (T + 1)
+  // bytes: every window starts on an int32 boundary.
+  src_->read(starts_.at(static_cast<size_t>(index)), context_ + 1,
+             reinterpret_cast<int32_t*>(chw));
+  *label = 0;
+}
+
+std::string TokenWindows::describe() const {
+  return src_->describe() + ", " + std::to_string(size()) + " windows of " +
+         std::to_string(context_) + " tokens";
+}
+
+void split_windows(const uint8_t* windows, int count, int context, int32_t* inputs,
+                   int32_t* targets) {
+  const auto* w = reinterpret_cast<const int32_t*>(windows);
+  for (int b = 0; b < count; ++b) {
+    const int32_t* row = w + static_cast<size_t>(b) * (context + 1);
+    std::copy(row, row + context, inputs + static_cast<size_t>(b) * context);
+    std::copy(row + 1, row + context + 1, targets + static_cast<size_t>(b) * context);
+  }
+}
+
+std::unique_ptr<TokenWindows> open_token_windows(const DataConfig& cfg, Split split,
+                                                 uint64_t seed, int vocab) {
+  const int context = static_cast<int>(cfg.sequence_length);
+  if (context < 1) throw DataError("data.sequence_length must be at least 1");
+  const int64_t limit = split == Split::train ? cfg.limit : cfg.test_limit;
+  const std::string what = std::string("data.path (") + split_name(split) + ")";
+  std::unique_ptr<TokenSource> src;
+  if (cfg.source == "synthetic") {
+    const int64_t windows = split == Split::train ? cfg.samples : cfg.test_samples;
+    src = synthetic_tokens(windows * context + 1, vocab, seed, split);
+  } else if (cfg.source == "text") {
+    if (vocab < 256) throw DataError("text is read as bytes: the vocabulary must hold 256");
+    src = open_text(cfg.path.empty() ? source_defaults("text").path : cfg.path, split);
+  } else if (cfg.source == "tokens") {
+    src = open_token_files(cfg.path.empty() ? source_defaults("tokens").path : cfg.path, split,
+                           vocab);
+    if (!src) return nullptr;
+  } else {
+    throw DataError("data.source '" + cfg.source + "' holds no tokens (tokens, text or synthetic)");
+  }
+  return std::make_unique<TokenWindows>(std::move(src), context, limit, what);
+}
+
 }  // namespace xrun::data

@@ -96,4 +96,42 @@ class TokenBatches {
   int64_t batches_ = 0;
 };
 
+// The windows of a token source as a Dataset, so the batch loader
+// (data/loader.h: worker threads, prefetch, rank slices, the epoch's
+// permutation) deals them as it deals images: sample i is window i's
+// context + 1 tokens as int32 (channels 1, height 1, width 4 (context + 1)
+// bytes), label 0; num_classes() is the vocabulary. split_windows turns a
+// loaded batch into the model's inputs and targets. The loader's order is
+// TokenBatches' (tested), so either reads a file as llm.c does.
+class TokenWindows final : public Dataset {
+ public:
+  // At most `limit` windows (0 = all). DataError when none fits.
+  TokenWindows(std::unique_ptr<TokenSource> src, int context, int64_t limit,
+               const std::string& what);
+  int64_t size() const override { return static_cast<int64_t>(starts_.size()); }
+  int channels() const override { return 1; }
+  int height() const override { return 1; }
+  int width() const override { return 4 * (context_ + 1); }
+  int num_classes() const override { return src_->vocab(); }
+  void get(int64_t index, uint8_t* chw, int32_t* label) const override;
+  std::string describe() const override;
+  int context() const { return context_; }
+
+ private:
+  std::unique_ptr<TokenSource> src_;
+  int context_;
+  std::vector<int64_t> starts_;
+};
+
+// A batch of `count` loaded windows (TokenWindows samples, back to back)
+// as inputs and targets, count x context int32 each.
+void split_windows(const uint8_t* windows, int count, int context, int32_t* inputs,
+                   int32_t* targets);
+
+// The split of cfg's token source (tokens, text or synthetic) as windows
+// of cfg.sequence_length tokens, every token below `vocab`; nullptr for a
+// test split the source does not have (a token file without its val file).
+std::unique_ptr<TokenWindows> open_token_windows(const DataConfig& cfg, Split split,
+                                                 uint64_t seed, int vocab);
+
 }  // namespace xrun::data

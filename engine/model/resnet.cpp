@@ -17,6 +17,7 @@
 #include <stdexcept>
 
 #include "core/resnet_shapes.h"
+#include "engine/model/init_rng.h"
 
 namespace xrun {
 
@@ -190,29 +191,9 @@ ResNet::~ResNet() = default;
 Tensor* ResNet::logits() const { return fc_->y; }
 Tensor* ResNet::dlogits() const { return fc_->dy; }
 
-int64_t ResNet::parameter_count() const {
-  int64_t n = 0;
-  for (const auto& e : state_)
-    if (e.kind == StateEntry::Kind::parameter) n += e.tensor->numel();
-  return n;
-}
 
 // ----------------------------------------------------------- initialise --
 
-namespace {
-// Platform-independent draws: mt19937_64's sequence is fixed by the standard;
-// the conversions below are ours (std:: distributions differ between libraries).
-struct InitRng {
-  std::mt19937_64 gen;
-  explicit InitRng(uint64_t seed) : gen(seed) {}
-  double uniform() { return (gen() >> 11) * (1.0 / 9007199254740992.0); }  // [0,1)
-  double normal() {
-    double u1 = uniform(), u2 = uniform();
-    if (u1 < 1e-300) u1 = 1e-300;
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-};
-}  // namespace
 
 void ResNet::init_parameters(uint64_t seed) {
   InitRng rng(seed ^ 0x9e3779b97f4a7c15ull);
@@ -243,33 +224,22 @@ void ResNet::init_parameters(uint64_t seed) {
 
 // ---------------------------------------------------------- forward/back --
 
-namespace {
-struct HookScope {
-  const LayerHooks& hooks;
-  HookScope(const LayerHooks& h, const std::string& name) : hooks(h) {
-    if (hooks.begin) hooks.begin(name);
-  }
-  ~HookScope() {
-    if (hooks.end) hooks.end();
-  }
-};
-}  // namespace
 
 void ResNet::forward(bool training) {
   if (training && !training_problem_.empty()) throw std::invalid_argument(training_problem_);
   auto bn_forward = [&](BN& b) {
-    HookScope s(hooks_, b.name);
+    LayerHookScope s(hooks_, b.name);
     training ? b.op->forward_train() : b.op->forward_infer();
   };
   auto conv_forward = [&](Conv& c) {
-    HookScope s(hooks_, c.name);
+    LayerHookScope s(hooks_, c.name);
     c.op->forward();
   };
 
   conv_forward(*conv1_);
   bn_forward(*bn1_);
   {
-    HookScope s(hooks_, "maxpool");
+    LayerHookScope s(hooks_, "maxpool");
     training ? maxpool_->forward_train() : maxpool_->forward_infer();
   }
   for (auto& bp : blocks_) {
@@ -290,11 +260,11 @@ void ResNet::forward(bool training) {
     }
   }
   {
-    HookScope s(hooks_, "avgpool");
+    LayerHookScope s(hooks_, "avgpool");
     training ? avgpool_->forward_train() : avgpool_->forward_infer();
   }
   {
-    HookScope s(hooks_, "fc");
+    LayerHookScope s(hooks_, "fc");
     fc_->forward();
   }
   if (training) ++num_batches_tracked;
@@ -303,19 +273,19 @@ void ResNet::forward(bool training) {
 void ResNet::backward(const ParamsReady& ready) {
   auto done = [&](const std::string& layer, std::initializer_list<Tensor*> params) {
     if (!ready) return;
-    HookScope s(hooks_, layer + ".update");
+    LayerHookScope s(hooks_, layer + ".update");
     ready(std::span<Tensor* const>(params.begin(), params.size()));
   };
   auto bn_backward = [&](BN& b) {
     {
-      HookScope s(hooks_, b.name);
+      LayerHookScope s(hooks_, b.name);
       b.op->backward();
     }
     done(b.name, {b.op->gamma, b.op->beta});
   };
   auto conv_backward = [&](Conv& c) {
     {
-      HookScope s(hooks_, c.name);
+      LayerHookScope s(hooks_, c.name);
       c.op->backward_weights();
       c.op->backward_data();
     }
@@ -323,12 +293,12 @@ void ResNet::backward(const ParamsReady& ready) {
   };
 
   {
-    HookScope s(hooks_, "fc");
+    LayerHookScope s(hooks_, "fc");
     fc_->backward();
   }
   done("fc", {fc_->weight, fc_->bias});
   {
-    HookScope s(hooks_, "avgpool");
+    LayerHookScope s(hooks_, "avgpool");
     avgpool_->backward();
   }
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
@@ -345,11 +315,11 @@ void ResNet::backward(const ParamsReady& ready) {
       bn_backward(b.ds_bn);
       conv_backward(b.ds_conv);
     }
-    HookScope s(hooks_, b.name + ".residual");
+    LayerHookScope s(hooks_, b.name + ".residual");
     backend_.pointwise().add_inplace(b.dx, b.second_dx);
   }
   {
-    HookScope s(hooks_, "maxpool");
+    LayerHookScope s(hooks_, "maxpool");
     maxpool_->backward();
   }
   bn_backward(*bn1_);

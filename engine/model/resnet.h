@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/model/model.h"
 
 namespace xrun {
 
@@ -22,16 +23,6 @@ struct ModelSpec {
   int64_t batch = 32;
   int64_t channels = 3;
   int64_t image_size = 32;
-};
-
-// One state_dict entry, in torchvision's order.
-struct StateEntry {
-  enum class Kind { parameter, running_stat, counter };
-  std::string name;
-  Kind kind = Kind::parameter;
-  Tensor* tensor = nullptr;  // null for counters (num_batches_tracked)
-  Tensor* grad = nullptr;    // parameters only
-  std::vector<int64_t> dims; // canonical
 };
 
 // One layer as the model built it, for counting its work
@@ -48,14 +39,7 @@ struct LayerShape {
   BnActivation activation = BnActivation::none;  // batch_norm
 };
 
-// Called around every layer's forward and backward when per-layer profiling is
-// on (NVTX ranges, host timers); empty = no cost.
-struct LayerHooks {
-  std::function<void(const std::string& layer)> begin;
-  std::function<void()> end;
-};
-
-class ResNet {
+class ResNet final : public Model {
  public:
   // Builds every op on `backend` (declares all tensors); call
   // backend.allocate() afterwards, then init_parameters or load weights.
@@ -64,30 +48,24 @@ class ResNet {
   ResNet(const ResNet&) = delete;
   ResNet& operator=(const ResNet&) = delete;
 
-  // Called in backward() with a layer's parameters as soon as their
-  // gradients are complete and nothing in the pass reads them any more (a
-  // conv's after its backward-data, a BN's after its backward).
-  using ParamsReady = std::function<void(std::span<Tensor* const> params)>;
-
-  void forward(bool training);  // input() -> logits()
-  void backward(const ParamsReady& ready = {});  // dlogits() -> every parameter gradient
+  // backward()'s `ready` gets a layer's parameters once complete (a conv's
+  // after its backward-data, a BN's after its backward).
+  void forward(bool training) override;  // input() -> logits()
+  void backward(const ParamsReady& ready = {}) override;  // dlogits() -> every gradient
 
   Tensor* input() const { return input_; }
-  Tensor* logits() const;
-  Tensor* dlogits() const;
+  Tensor* logits() const override;
+  Tensor* dlogits() const override;
   const ModelSpec& spec() const { return spec_; }
 
-  const std::vector<StateEntry>& state() const { return state_; }
-  int64_t parameter_count() const;
-  // BN's num_batches_tracked: one counter for the whole model (every BN layer
-  // sees every training batch).
-  int64_t num_batches_tracked = 0;
+  const std::vector<StateEntry>& state() const override { return state_; }
 
   // torchvision's initialisation: Kaiming normal (fan_out, relu) for convs,
   // BN weight 1 / bias 0 / running mean 0 / var 1, nn.Linear's default for fc.
-  void init_parameters(uint64_t seed);
-
-  void set_layer_hooks(LayerHooks hooks) { hooks_ = std::move(hooks); }
+  void init_parameters(uint64_t seed) override;
+  std::string describe() const override {
+    return spec_.arch + " with " + std::to_string(spec_.num_classes) + " classes";
+  }
 
   // Every layer as built, in the order of the forward pass (the residual
   // gradient sums, one per block, after the block's layers).
@@ -105,7 +83,6 @@ class ResNet {
   Backend& backend_;
   ModelSpec spec_;
   std::string training_problem_;  // why forward(true) cannot run, "" when it can
-  LayerHooks hooks_;
   Tensor* input_ = nullptr;
   std::unique_ptr<Conv> conv1_;
   std::unique_ptr<BN> bn1_;

@@ -4,13 +4,15 @@
 // token on), shards that windows never cross and their validation files,
 // version 2 (uint32) files, and every malformed file refused with the file
 // and the byte offset; UTF-8 text as bytes split 90/10 with bad UTF-8
-// refused where it is; synthetic tokens the same for any read.
+// refused where it is; synthetic tokens the same for any read; the windows
+// dealt by the batch loader as TokenBatches cuts them.
 #include "catch2_compat.h"
 
 #include <filesystem>
 #include <numeric>
 
 #include "data_test_util.h"
+#include "engine/data/loader.h"
 #include "engine/data/tokens.h"
 
 using namespace xrun::data;
@@ -257,4 +259,53 @@ TEST_CASE("token batches: epochs, shuffling, and ranks that together read one pr
   // Fewer windows than one global batch.
   CHECK_THAT(error_of([&] { TokenBatches(*src, 25, T, 1, false, 0, 2); }),
              Contains("49 windows of 4 tokens, fewer than one batch of 50 (batch x ranks)"));
+}
+
+TEST_CASE("token windows: the batch loader deals them as TokenBatches cuts them, shuffled and "
+          "across ranks, split into inputs and next-token targets",
+          "[data][tokens][loader]") {
+  TempDir dir;
+  write_bytes(dir.file("c_train.bin"), token_file(counting(200)));
+  const int T = 4, batch = 3;
+  TokenWindows windows(open_token_files(dir.file("c_train.bin"), Split::train, 50257), T, 0,
+                       "data.path");
+  CHECK(windows.size() == 49);
+  CHECK(windows.width() == 4 * (T + 1));
+  CHECK(windows.num_classes() == 50257);
+  const auto src = open_token_files(dir.file("c_train.bin"), Split::train, 50257);
+  for (const bool shuffle : {false, true})
+    for (const int rank : {0, 1}) {
+      INFO("shuffle " << shuffle << ", rank " << rank);
+      TokenBatches reference(*src, batch, T, 9, shuffle, rank, 2);
+      LoaderOptions o;
+      o.batch_size = batch;
+      o.workers = 2;
+      o.seed = 9;
+      o.shuffle = shuffle;
+      o.rank = rank;
+      o.ranks = 2;
+      o.drop_last = true;
+      Loader loader(windows, o);
+      REQUIRE(loader.batches_per_epoch() == reference.batches_per_epoch());
+      for (const int64_t epoch : {0, 1}) {
+        loader.start_epoch(epoch);
+        reference.start_epoch(epoch);
+        for (int64_t i = 0; i < reference.batches_per_epoch(); ++i) {
+          const HostBatch* b = loader.next();
+          REQUIRE(b);
+          REQUIRE(b->count == batch);
+          std::vector<int32_t> x(batch * T), y(batch * T), rx(batch * T), ry(batch * T);
+          split_windows(b->images, b->count, T, x.data(), y.data());
+          loader.release(b);
+          reference.get(i, rx.data(), ry.data());
+          CHECK(x == rx);
+          CHECK(y == ry);
+        }
+      }
+    }
+  // data.limit keeps the first windows only.
+  TokenWindows few(open_token_files(dir.file("c_train.bin"), Split::train, 50257), T, 5,
+                   "data.path");
+  CHECK(few.size() == 5);
+  CHECK_THAT(few.describe(), Contains("5 windows of 4 tokens"));
 }

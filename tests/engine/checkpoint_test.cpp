@@ -9,6 +9,7 @@
 #include <set>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/model/resnet.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/trainer.h"
 #include "test_util.h"

@@ -19,8 +19,8 @@ using namespace xrun;
 
 namespace {
 
-struct Model {
-  explicit Model(int64_t size, int64_t batch) : be(0) {
+struct BuiltModel {
+  explicit BuiltModel(int64_t size, int64_t batch) : be(0) {
     ModelSpec spec;
     spec.arch = "resnet18";
     spec.num_classes = 10;
@@ -62,7 +62,7 @@ TEST_CASE("a second step's gradients equal a fresh model's on the same weights a
           "[model][fresh]") {
   for (int64_t size : {32, 64}) {
     INFO("resnet18 at " << size << "x" << size << ", batch 4");
-    Model trained(size, 4);
+    BuiltModel trained(size, 4);
     trained.model->init_parameters(3);
     std::mt19937 g(11);
     std::normal_distribution<float> normal;
@@ -77,7 +77,7 @@ TEST_CASE("a second step's gradients equal a fresh model's on the same weights a
     trained.pass();  // step 2, same batch
     const auto second = trained.read_state(true);
 
-    Model fresh(size, 4);
+    BuiltModel fresh(size, 4);
     for (const StateEntry& e : fresh.model->state())
       if (weights.count(e.name)) fresh.be.write(e.tensor, weights.at(e.name));
     fresh.be.write(fresh.model->input(), x);
