@@ -133,53 +133,156 @@ void causal_attention_backward(const AttentionShape& s, const float* qkv, const 
 }  // namespace xrun::cpu
 
 // ------------------------------------------------------------ the op --
+// The op runs the same arithmetic as batched oneDNN matmuls over (batch
+// row, head) on strided views of qkv, y and their gradients (no copies),
+// with xrun's own causal softmax rows in float (a vectorised exp):
+//   scores = q k^T; p = softmax(scores / sqrt(hs)) over u <= t, 0 beyond;
+//   y = p v; dv = p^T dy; dp = dy v^T; ds = p (dp - sum_u p dp) / sqrt(hs);
+//   dq = ds k; dk = ds^T q.
+// Each [T, T] block is multiplied whole and its masked half zeroed: a GEMM
+// over the square beats loops over the triangle. The double kernels above
+// are its reference (tests/engine/attention_test.cpp).
 #include <stdexcept>
 #include <string>
 
-#include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/fast_exp.h"
+#include "engine/cpu/matmul_call.h"
 
 namespace xrun::cpu {
 namespace {
 
-// The probabilities are kept between the passes while they take at most
-// this much a layer; beyond it (long contexts) the backward pass recomputes
-// them.
-constexpr int64_t kKeepProbabilitiesBytes = int64_t{64} << 20;
+using dt = memory::data_type;
 
-class CpuAttention final : public ActivationOp {
+// softmax(scale * row[0..t]) in place, row[t+1..T) = 0.
+XRUN_VECTOR_CLONES
+void causal_softmax_row(float* row, int64_t t, int64_t T, float scale) {
+  float mx = row[0];
+#pragma omp simd reduction(max : mx)
+  for (int64_t u = 0; u <= t; ++u) mx = row[u] > mx ? row[u] : mx;
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t u = 0; u <= t; ++u) {
+    row[u] = exp_vectorizable((row[u] - mx) * scale);
+    sum += row[u];
+  }
+  const float inv = 1.0f / sum;
+#pragma omp simd
+  for (int64_t u = 0; u <= t; ++u) row[u] *= inv;
+  for (int64_t u = t + 1; u < T; ++u) row[u] = 0.0f;
+}
+
+// ds = p (dp - sum_u p dp) scale over u <= t, in place of dp; 0 beyond.
+XRUN_VECTOR_CLONES
+void causal_softmax_backward_row(const float* p, float* dp, int64_t t, int64_t T, float scale) {
+  float w = 0;
+#pragma omp simd reduction(+ : w)
+  for (int64_t u = 0; u <= t; ++u) w += p[u] * dp[u];
+#pragma omp simd
+  for (int64_t u = 0; u <= t; ++u) dp[u] = p[u] * (dp[u] - w) * scale;
+  for (int64_t u = t + 1; u < T; ++u) dp[u] = 0.0f;
+}
+
+class CpuAttention final : public ActivationOp, public CpuOp {
  public:
   CpuAttention(CpuBackend& be, const std::string& name, CpuTensor* qkv, CpuTensor* dqkv,
                int64_t batch, int64_t heads)
-      : qkv_(qkv), dqkv_(dqkv) {
+      : be_(be), qkv_(qkv), dqkv_(dqkv) {
     if (qkv->dims.size() != 2 || qkv->dims[1] % 3 != 0 || qkv->dtype != DType::f32 ||
         !is_plain(qkv->md) || qkv->dims[0] % batch != 0)
       throw std::logic_error(name + ": expects a plain fp32 qkv [B*T, 3C]");
     shape_ = {batch, qkv->dims[0] / batch, heads, qkv->dims[1] / 3};
     if (shape_.width % heads != 0)
       throw std::logic_error(name + ": width not a multiple of the heads");
-    const int64_t rows = qkv->dims[0], c = shape_.width;
+    const int64_t rows = qkv->dims[0], c = shape_.width, B = batch, H = heads;
+    const int64_t T = shape_.tokens, hs = shape_.head_size();
     y = be.declare(name + ".y", {rows, c}, plain_md({rows, c}), TensorRole::activation);
     dy = be.declare(name + ".dy", {rows, c}, plain_md({rows, c}), TensorRole::activation_grad);
-    const int64_t t = shape_.tokens;
-    if (batch * heads * t * t * 4 <= kKeepProbabilitiesBytes)
-      p_ = be.declare(name + ".p", {batch, heads, t, t}, plain_md({batch, heads, t, t}),
-                      TensorRole::workspace);
-    be.note_kernel("attention", p_ ? "xrun:causal_double_keep_p" : "xrun:causal_double_recompute_p");
+    // The probabilities: kept between the passes up to the backend's limit
+    // a layer; beyond it one buffer all layers share, refilled in the
+    // backward pass.
+    const std::vector<int64_t> block = {B, H, T, T};
+    recompute_ = B * H * T * T * 4 > be.attention_keep_bytes;
+    p_ = recompute_ ? be.shared_scratch("attention.p", block)
+                    : be.declare(name + ".p", block, plain_md(block), TensorRole::workspace);
+    ds_ = be.shared_scratch("attention.ds", block);
+
+    // Views: a head's rows of q, k or v inside qkv (or of y inside [B*T, C]).
+    const auto heads_view = [&](int64_t row, bool transposed) {
+      return transposed ? memory::desc({B, H, hs, T}, dt::f32, memory::dims{T * row, hs, 1, row})
+                        : memory::desc({B, H, T, hs}, dt::f32, memory::dims{T * row, hs, row, 1});
+    };
+    const memory::desc qkv_rows = heads_view(3 * c, false), qkv_t = heads_view(3 * c, true);
+    const memory::desc y_rows = heads_view(c, false);
+    const memory::desc blk = plain_md({B, H, T, T});
+    const memory::desc blk_t({B, H, T, T}, dt::f32, memory::dims{H * T * T, T * T, 1, T});
+    scores_.make(be, "attention matmul", qkv_rows, qkv_t, blk);
+    out_.make(be, "attention matmul", blk, qkv_rows, y_rows);
+    if (dqkv) {
+      dv_.make(be, "attention matmul", blk_t, y_rows, qkv_rows);
+      dp_.make(be, "attention matmul", y_rows, qkv_t, blk);
+      dq_.make(be, "attention matmul", blk, qkv_rows, qkv_rows);
+      dk_.make(be, "attention matmul", blk_t, qkv_rows, qkv_rows);
+    }
+    be.note_kernel("attention softmax", recompute_ ? "xrun:causal_rows_recompute_p"
+                                                   : "xrun:causal_rows_keep_p");
+    be.register_op(this);
   }
+
+  void bind() override {
+    const int64_t c = shape_.width;
+    float* qkv = f(qkv_);
+    scores_.bind(be_, qkv, qkv + c, f(p_));
+    out_.bind(be_, f(p_), qkv + 2 * c, f(y));
+    if (dqkv_) {
+      float* d = f(dqkv_);
+      dv_.bind(be_, f(p_), f(dy), d + 2 * c);
+      dp_.bind(be_, f(dy), qkv + 2 * c, f(ds_));
+      dq_.bind(be_, f(ds_), qkv + c, d);
+      dk_.bind(be_, f(ds_), qkv, d + c);
+    }
+  }
+
   void forward() override {
-    causal_attention_forward(shape_, f(qkv_), f(y), p_ ? f(p_) : nullptr);
+    probabilities();
+    out_.run(be_);
   }
+
   void backward() override {
     if (!dqkv_) throw std::logic_error("attention: backward without dqkv");
-    causal_attention_backward(shape_, f(qkv_), p_ ? f(p_) : nullptr, f(dy), f(dqkv_));
+    if (recompute_) probabilities();
+    dv_.run(be_);
+    dp_.run(be_);
+    const int64_t T = shape_.tokens, pairs = shape_.batch * shape_.heads;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_size()));
+    const float* p = f(p_);
+    float* ds = f(ds_);
+#pragma omp parallel for
+    for (int64_t r = 0; r < pairs * T; ++r)
+      causal_softmax_backward_row(p + r * T, ds + r * T, r % T, T, scale);
+    dq_.run(be_);
+    dk_.run(be_);
   }
 
  private:
   static float* f(Tensor* t) { return static_cast<float*>(t->data); }
+
+  void probabilities() {
+    scores_.run(be_);
+    const int64_t T = shape_.tokens, pairs = shape_.batch * shape_.heads;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_size()));
+    float* p = f(p_);
+#pragma omp parallel for
+    for (int64_t r = 0; r < pairs * T; ++r) causal_softmax_row(p + r * T, r % T, T, scale);
+  }
+
+  CpuBackend& be_;
   CpuTensor* qkv_;
   CpuTensor* dqkv_;
   AttentionShape shape_;
+  bool recompute_ = false;
   CpuTensor* p_ = nullptr;
+  CpuTensor* ds_ = nullptr;
+  MatmulCall scores_, out_, dv_, dp_, dq_, dk_;
 };
 
 }  // namespace

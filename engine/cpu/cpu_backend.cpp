@@ -171,6 +171,17 @@ void CpuBackend::need_scratchpad(const memory::desc& md) {
   scratchpad_bytes_ = std::max(scratchpad_bytes_, md.get_size());
 }
 
+CpuTensor* CpuBackend::shared_scratch(const std::string& key, const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (const int64_t d : dims) n *= d;
+  auto it = shared_scratch_.find(key);
+  if (it == shared_scratch_.end())
+    it = shared_scratch_.emplace(key, declare(key, dims, plain_md(dims), TensorRole::workspace)).first;
+  if (it->second->numel() < n)
+    throw std::logic_error("shared scratch " + key + ": asked for more than its first user");
+  return it->second;
+}
+
 Tensor* CpuBackend::tensor_like(const Tensor* like, const std::string& name, TensorRole role) {
   return declare(name, like->dims, as_cpu(like)->md, role, like->dtype);
 }

@@ -143,6 +143,11 @@ class CpuBackend final : public Backend {
                                                       std::vector<int64_t> dims,
                                                       const memory::desc& md);
   void need_scratchpad(const memory::desc& md);
+  // A plain fp32 buffer of `dims` that every op asking with the same `key`
+  // shares (an op's scratch, live only inside one call: GPT-2's attention
+  // scores); declared by the first ask. std::logic_error when a later ask
+  // is larger than the first.
+  CpuTensor* shared_scratch(const std::string& key, const std::vector<int64_t>& dims);
   const memory& scratchpad() const { return scratchpad_; }
   void register_op(CpuOp* op) { ops_.push_back(op); }
   // Flat views of a whole region, for the optimizer.
@@ -169,6 +174,9 @@ class CpuBackend final : public Backend {
   // impl_info_str(), or xrun's own), counted into the environment's
   // onednn_kernels field: what ran, stored with the run.
   void note_kernel(const std::string& pass, const std::string& impl) { ++kernels_[pass][impl]; }
+  // GPT-2's attention keeps each layer's probabilities [B, H, T, T] between
+  // the passes up to this size, and recomputes them beyond it (tests lower it).
+  int64_t attention_keep_bytes = int64_t{64} << 20;
 
  private:
   char* allocate_region(size_t bytes);
@@ -195,6 +203,7 @@ class CpuBackend final : public Backend {
   CpuTensor* input_ = nullptr;
   CpuTensor* labels_ = nullptr;
   CpuTensor* tokens_ = nullptr;  // GPT-2's token input
+  std::map<std::string, CpuTensor*> shared_scratch_;
   int64_t allocated_bytes_ = 0;
   std::vector<char*> allocations_;
 

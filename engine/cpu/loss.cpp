@@ -1,15 +1,62 @@
 // engine/cpu/loss.cpp: softmax cross-entropy over plain [N, K] logits, mean
 // over the valid rows, fused with its gradient: dlogits = (softmax - onehot)
-// * grad_scale / valid. Computed in double per row for a stable log-sum-exp.
+// * grad_scale / valid. Computed in double per row for a stable log-sum-exp;
+// rows as wide as a language model's vocabulary (kWideRow classes and more)
+// in float with a vectorised exp (fast_exp.h) and one exp per element: the
+// softmax is written into dlogits by the pass that sums it, then scaled.
 // Loss sums, hits and rows add up until read_results() takes them.
 #include <cmath>
 #include <stdexcept>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/fast_exp.h"
 
 namespace xrun::cpu {
 
 namespace {
+
+constexpr int64_t kWideRow = 1024;
+
+// One wide row: its loss term (written to *loss), whether the label is the
+// row's largest logit, and (when drow is not null) its gradient.
+XRUN_VECTOR_CLONES
+void wide_row(const float* row, int64_t k, int32_t label, double scale, float* drow, double* loss,
+              bool* hit) {
+  float mx = row[0];
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < k; ++j) mx = row[j] > mx ? row[j] : mx;
+  // The exps summed in float over runs of 512 (vectorised: each lane adds
+  // 32), the runs' sums in double.
+  constexpr int64_t kRun = 512;
+  double sum = 0;
+  for (int64_t j0 = 0; j0 < k; j0 += kRun) {
+    const int64_t j1 = j0 + kRun < k ? j0 + kRun : k;
+    float part = 0;
+    if (drow) {
+#pragma omp simd reduction(+ : part)
+      for (int64_t j = j0; j < j1; ++j) {
+        const float e = exp_vectorizable(row[j] - mx);
+        drow[j] = e;
+        part += e;
+      }
+    } else {
+#pragma omp simd reduction(+ : part)
+      for (int64_t j = j0; j < j1; ++j) part += exp_vectorizable(row[j] - mx);
+    }
+    sum += part;
+  }
+  if (drow) {
+    const auto f = static_cast<float>(scale / sum);
+#pragma omp simd
+    for (int64_t j = 0; j < k; ++j) drow[j] *= f;
+    drow[label] -= static_cast<float>(scale);
+  }
+  *loss = static_cast<double>(mx) + std::log(sum) - row[label];
+  // Top-1 as the narrow rows count it: the first largest logit.
+  bool first = true;
+  for (int64_t j = 0; j < label && first; ++j) first = row[j] < mx;
+  *hit = first && row[label] == mx;
+}
 
 class CpuLoss final : public LossOp {
  public:
@@ -53,6 +100,14 @@ class CpuLoss final : public LossOp {
       const int32_t label = y[i];
       if (label < 0 || label >= k) {
         bad_label = true;
+        continue;
+      }
+      if (k >= kWideRow) {
+        double term = 0;
+        bool hit = false;
+        wide_row(row, k, label, scale, backward ? drow : nullptr, &term, &hit);
+        loss_sum += term;
+        correct += hit;
         continue;
       }
       int64_t argmax = 0;

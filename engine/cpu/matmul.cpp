@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/matmul_call.h"
 
 namespace xrun::cpu {
 
@@ -20,31 +20,6 @@ using dt = memory::data_type;
 memory::desc transposed_md(int64_t rows, int64_t cols) {
   return memory::desc({rows, cols}, dt::f32, memory::dims{1, rows});
 }
-
-// One matmul primitive and the memories it runs on (bound after allocation).
-struct Matmul {
-  matmul prim;
-  memory::desc src, weights, dst;
-  matmul::primitive_desc pd;
-  Args args;
-  void make(CpuBackend& be, const std::string& pass, const memory::desc& a,
-            const memory::desc& b, const memory::desc& c, const memory::desc* bias = nullptr) {
-    src = a, weights = b, dst = c;
-    pd = bias ? dnnl_compat::matmul(be.engine(), be.attr(), a, b, *bias, c)
-              : dnnl_compat::matmul(be.engine(), be.attr(), a, b, c);
-    prim = matmul(pd);
-    be.need_scratchpad(pd.scratchpad_desc());
-    be.note_kernel(pass, pd.impl_info_str());
-  }
-  void bind(CpuBackend& be, Tensor* a, Tensor* b, Tensor* c, Tensor* bias = nullptr) {
-    args = {{DNNL_ARG_SRC, memory(src, be.engine(), a->data)},
-            {DNNL_ARG_WEIGHTS, memory(weights, be.engine(), b->data)},
-            {DNNL_ARG_DST, memory(dst, be.engine(), c->data)},
-            {DNNL_ARG_SCRATCHPAD, be.scratchpad()}};
-    if (bias) args[DNNL_ARG_BIAS] = memory(plain_md({1, bias->dims[0]}), be.engine(), bias->data);
-  }
-  void run(CpuBackend& be) { prim.execute(be.stream(), args); }
-};
 
 // db[o] = sum over rows of dy[r, o], in double, threads over column blocks.
 void column_sums(const float* dy, int64_t rows, int64_t cols, float* db) {
@@ -90,9 +65,9 @@ class CpuLinearInOut final : public LinearOp, public CpuOp {
     be.register_op(this);
   }
   void bind() override {
-    fwd_.bind(be_, x_, weight, y, bias);
-    bww_.bind(be_, x_, dy, weight_grad);
-    if (dx_) bwd_.bind(be_, dy, weight, dx_);
+    fwd_.bind(be_, x_->data, weight->data, y->data, bias->data);
+    bww_.bind(be_, x_->data, dy->data, weight_grad->data);
+    if (dx_) bwd_.bind(be_, dy->data, weight->data, dx_->data);
   }
   void forward() override { fwd_.run(be_); }
   void backward() override {
@@ -106,7 +81,7 @@ class CpuLinearInOut final : public LinearOp, public CpuOp {
   CpuTensor* x_;
   CpuTensor* dx_;
   int64_t n_, in_, out_;
-  Matmul fwd_, bww_, bwd_;
+  MatmulCall fwd_, bww_, bwd_;
 };
 
 // The tied output layer: y[N, V] = x[N, C] wte[V, C]^T.
@@ -128,9 +103,9 @@ class CpuLinearTied final : public LinearOp, public CpuOp {
     be.register_op(this);
   }
   void bind() override {
-    fwd_.bind(be_, x_, weight, y);
-    bww_.bind(be_, dy, x_, weight_grad);
-    if (dx_) bwd_.bind(be_, dy, weight, dx_);
+    fwd_.bind(be_, x_->data, weight->data, y->data);
+    bww_.bind(be_, dy->data, x_->data, weight_grad->data);
+    if (dx_) bwd_.bind(be_, dy->data, weight->data, dx_->data);
   }
   void forward() override { fwd_.run(be_); }
   void backward() override {
@@ -142,7 +117,7 @@ class CpuLinearTied final : public LinearOp, public CpuOp {
   CpuBackend& be_;
   CpuTensor* x_;
   CpuTensor* dx_;
-  Matmul fwd_, bww_, bwd_;
+  MatmulCall fwd_, bww_, bwd_;
 };
 
 }  // namespace

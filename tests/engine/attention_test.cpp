@@ -5,7 +5,8 @@
 // every qkv element against central differences of that float64 forward
 // pass (no formula judging itself), with p kept or recomputed in the
 // backward pass; and causality: a change at the last
-// position leaves every earlier output as it was, bit for bit.
+// position leaves every earlier output as it was, bit for bit. The
+// backend's op (oneDNN matmuls) against these kernels.
 #include "catch2_compat.h"
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "engine/cpu/attention.h"
+#include "engine/cpu/cpu_backend.h"
 #include "torch_fixtures.h"
 
 using namespace xrun;
@@ -129,4 +131,43 @@ TEST_CASE("attention: an output never sees a later position", "[attention]") {
       }
       CHECK(sum == Approx(1.0).margin(1e-6));
     }
+}
+
+// The op (batched oneDNN matmuls on strided views, float softmax rows)
+// against the double kernels above, probabilities kept and recomputed.
+TEST_CASE("attention op: the CPU backend's matmul attention meets the double kernels",
+          "[attention]") {
+  const cpu::AttentionShape s{2, 33, 3, 24};  // T not a multiple of any vector width
+  const int64_t rows = s.batch * s.tokens, C = s.width;
+  const std::vector<float> qkv = values("op.qkv", rows * 3 * C, 2.0);
+  const std::vector<float> dy = values("op.dy", rows * C, 1.0);
+  std::vector<float> y_ref(rows * C), dqkv_ref(rows * 3 * C);
+  cpu::causal_attention_forward(s, qkv.data(), y_ref.data(), nullptr);
+  cpu::causal_attention_backward(s, qkv.data(), nullptr, dy.data(), dqkv_ref.data());
+  for (const bool recompute : {false, true}) {
+    INFO((recompute ? "probabilities recomputed" : "probabilities kept"));
+    cpu::CpuBackend be(2);
+    if (recompute) be.attention_keep_bytes = 0;
+    Tensor* x = be.declare("qkv", {rows, 3 * C}, cpu::plain_md({rows, 3 * C}), TensorRole::activation);
+    Tensor* dx = be.declare("dqkv", {rows, 3 * C}, cpu::plain_md({rows, 3 * C}),
+                            TensorRole::activation_grad);
+    auto op = be.causal_attention("attn", x, dx, s.batch, s.heads);
+    be.allocate();
+    be.write(x, qkv);
+    op->forward();
+    std::vector<float> y(rows * C), dqkv(rows * 3 * C);
+    be.read(op->y, y);
+    be.write(op->dy, dy);
+    op->backward();
+    be.read(dx, dqkv);
+    double y_err = 0, d_err = 0, d_max = 0;
+    for (size_t i = 0; i < y.size(); ++i) y_err = std::max<double>(y_err, std::abs(y[i] - y_ref[i]));
+    for (size_t i = 0; i < dqkv.size(); ++i) {
+      d_err = std::max<double>(d_err, std::abs(dqkv[i] - dqkv_ref[i]));
+      d_max = std::max<double>(d_max, std::abs(dqkv_ref[i]));
+    }
+    INFO("y error " << y_err << ", dqkv error " << d_err << " of " << d_max);
+    CHECK(y_err < 2e-6);  // values up to 2: float sums of 24 products
+    CHECK(d_err < 2e-6 * d_max);
+  }
 }
