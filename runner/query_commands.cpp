@@ -316,6 +316,9 @@ int show_command(const ShowArgs& args) {
                 ? fixed(100.0 * d.summary.test_accuracy, 2) + "%"
                 : std::string("-"))
         << "   steps stored " << d.step_count << "\n";
+      if (tokens && std::isfinite(d.summary.test_loss))  // a language model's figures
+        o << "  validation   loss " << fixed(d.summary.test_loss, 4) << ", perplexity "
+          << fixed(std::exp(d.summary.test_loss), 2) << ", next-token accuracy above\n";
       if (std::isfinite(d.summary.lr)) o << "  peak lr      " << d.summary.lr << lr_rule(d.params) << "\n";
       o << target_text(d.summary, d.evals.size());
     }

@@ -59,6 +59,7 @@ TEST_CASE("xrun run experiments/gpt-text.toml: a GPT-2 learns text, stored in to
   CHECK(show.status == 0);
   CHECK_THAT(show.output, Contains("tok/s over") && Contains("tokens,") &&
                               Contains("6 x parameters + attention") &&
+                              Contains("validation   loss") && Contains("perplexity") &&
                               Contains("throughput_unit = tokens/s"));
 }
 

@@ -23,34 +23,6 @@ using xrun_test::RunWatch;
 
 namespace {
 
-// The fixture's small GPT-2 (2 layers, 2 heads, width 32, context 16) on
-// byte-level text (vocabulary 256), 8 tokens per sequence, AdamW.
-RunConfig tiny_gpt2(const std::string& text, int64_t steps) {
-  RunConfig c;
-  c.name = "gpt2-tiny";
-  c.model.arch = "gpt2";
-  c.model.layers = 2;
-  c.model.heads = 2;
-  c.model.width = 32;
-  c.model.context = 16;
-  c.model.vocab = 256;
-  c.model.num_classes = 256;
-  c.data.source = "text";
-  c.data.path = text;
-  c.data.sequence_length = 8;
-  c.data.workers = 0;
-  c.train.batch_size = 4;
-  c.train.steps = steps;
-  c.train.threads = 2;
-  c.train.eval = true;
-  c.train.seed = 3;
-  c.train.optimizer.name = "adamw";
-  c.train.optimizer.lr = 1e-2;
-  c.train.optimizer.weight_decay = 0.1;
-  c.measure.warmup_steps = 1;
-  return c;
-}
-
 std::string repeated_text(const xrun_test::ScratchDir& dir) {
   std::string text;
   for (int i = 0; i < 40; ++i) text += "the quick brown fox jumps over the lazy dog. ";
@@ -74,7 +46,7 @@ TEST_CASE("gpt2: a small GPT-2 learns a text file on the CPU engine and checkpoi
           "transformers' state_dict",
           "[gpt2][train]") {
   xrun_test::ScratchDir dir;
-  RunConfig c = tiny_gpt2(repeated_text(dir), 200);
+  RunConfig c = xrun_test::tiny_gpt2(repeated_text(dir), 200);
   c.train.checkpoint = dir.file("gpt2.safetensors");
   RunWatch watch;
   const TrainResult r = train(c, watch);
@@ -119,7 +91,7 @@ TEST_CASE("gpt2: weights load with or without the tied lm_head.weight, and not w
           "[gpt2][train][checkpoint]") {
   xrun_test::ScratchDir dir;
   const std::string text = repeated_text(dir);
-  RunConfig c = tiny_gpt2(text, 3);
+  RunConfig c = xrun_test::tiny_gpt2(text, 3);
   c.train.eval = false;
   c.train.checkpoint = dir.file("a.safetensors");
   RunWatch quiet;
@@ -165,7 +137,7 @@ TEST_CASE("gpt2: train.clip_grad_norm moves the weights by exactly the clipped n
   xrun_test::ScratchDir dir;
   const std::string text = repeated_text(dir);
   const auto one_step = [&](double lr, double clip, const std::string& name) {
-    RunConfig c = tiny_gpt2(text, 1);
+    RunConfig c = xrun_test::tiny_gpt2(text, 1);
     c.train.eval = false;
     c.measure.warmup_steps = 0;
     c.train.optimizer.name = "sgd";
@@ -199,7 +171,7 @@ TEST_CASE("gpt2: per-layer updates in the backward pass give the weights of the 
   const std::string text = repeated_text(dir);
   std::vector<double> weights[2];
   for (const bool per_layer : {false, true}) {
-    RunConfig c = tiny_gpt2(text, 4);
+    RunConfig c = xrun_test::tiny_gpt2(text, 4);
     c.train.eval = false;
     c.train.per_layer_update = per_layer;
     c.train.checkpoint = dir.file(per_layer ? "p.safetensors" : "w.safetensors");
@@ -230,7 +202,7 @@ TEST_CASE("gpt2: trains from llm.c token files, validated on the val file", "[gp
   };
   token_file("cycle_train.bin", 2000);
   token_file("cycle_val.bin", 200);
-  RunConfig c = tiny_gpt2("", 40);
+  RunConfig c = xrun_test::tiny_gpt2("", 40);
   c.data.source = "tokens";
   c.data.path = dir.file("cycle_train.bin");
   c.model.vocab = c.model.num_classes = 64;

@@ -1,6 +1,7 @@
 // tests/engine/train_test_util.h: what the whole-run tests of the engine
-// share (accumulation_test.cpp, resume_test.cpp, eval_test.cpp): a tiny CPU
-// run (resnet18 on 8x8 synthetic images), an observer that keeps the steps
+// share (accumulation_test.cpp, resume_test.cpp, eval_test.cpp, the gpt2
+// tests): a tiny CPU run (resnet18 on 8x8 synthetic images; a small GPT-2 on
+// a text file), an observer that keeps the steps
 // and notices, and the tensors of a checkpoint as bytes by name.
 #pragma once
 
@@ -49,6 +50,34 @@ inline xrun::RunConfig tiny_run(const std::string& checkpoint, int64_t steps, in
   c.train.optimizer.lr = 0.05;
   c.train.optimizer.momentum = 0.9;
   c.train.optimizer.weight_decay = 5e-4;
+  c.measure.warmup_steps = 1;
+  return c;
+}
+
+// The fixture's small GPT-2 (2 layers, 2 heads, width 32, context 16) on
+// byte-level text (vocabulary 256), 8 tokens per sequence, AdamW.
+inline xrun::RunConfig tiny_gpt2(const std::string& text, int64_t steps) {
+  xrun::RunConfig c;
+  c.name = "gpt2-tiny";
+  c.model.arch = "gpt2";
+  c.model.layers = 2;
+  c.model.heads = 2;
+  c.model.width = 32;
+  c.model.context = 16;
+  c.model.vocab = 256;
+  c.model.num_classes = 256;
+  c.data.source = "text";
+  c.data.path = text;
+  c.data.sequence_length = 8;
+  c.data.workers = 0;
+  c.train.batch_size = 4;
+  c.train.steps = steps;
+  c.train.threads = 2;
+  c.train.eval = true;
+  c.train.seed = 3;
+  c.train.optimizer.name = "adamw";
+  c.train.optimizer.lr = 1e-2;
+  c.train.optimizer.weight_decay = 0.1;
   c.measure.warmup_steps = 1;
   return c;
 }
