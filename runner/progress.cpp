@@ -64,9 +64,14 @@ void ProgressDisplay::update(const Progress& p) {
   }
 }
 
-void ProgressDisplay::epoch(const EpochRecord& e, int epochs) {
+void ProgressDisplay::epoch(const EpochRecord& e, int epochs, bool tokens) {
   clear_live_line();
-  if (std::isnan(e.test_accuracy))
+  if (tokens && !std::isnan(e.test_accuracy))  // a language model's validation
+    std::fprintf(out_, "%s epoch %d/%d: train loss %.4f, val loss %.4f (perplexity %.2f), "
+                       "next-token accuracy %.2f%% (%.1fs + eval %.1fs)\n",
+                 prefix_.c_str(), e.epoch + 1, epochs, e.train_loss, e.test_loss,
+                 std::exp(e.test_loss), 100.0 * e.test_accuracy, e.seconds, e.eval_seconds);
+  else if (std::isnan(e.test_accuracy))
     std::fprintf(out_, "%s epoch %d/%d: train loss %.4f (%.1fs)\n", prefix_.c_str(), e.epoch + 1,
                  epochs, e.train_loss, e.seconds);
   else
@@ -125,7 +130,7 @@ void ProgressLine::on_step_end(const StepRecord& r) {
 }
 
 void ProgressLine::on_epoch_end(const EpochRecord& e) {
-  display_.epoch(e, shape_.epochs);
+  display_.epoch(e, shape_.epochs, cfg_.model.is_gpt2());
   since_ = std::chrono::steady_clock::now();  // eval time is not training throughput
   images_ = steps_ = 0;
 }

@@ -34,7 +34,8 @@ class ProgressDisplay {
   void begin_run(int position, int count, int index, const std::string& short_hash,
                  const std::string& swept);
   void update(const Progress& p);
-  void epoch(const EpochRecord& e, int epochs);
+  // `tokens`: a GPT-2 run (validation loss, perplexity, next-token accuracy).
+  void epoch(const EpochRecord& e, int epochs, bool tokens = false);
   void message(const std::string& line);  // a line of its own (clears the live line)
   void end_run(const std::string& line);
 
