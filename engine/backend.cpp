@@ -3,6 +3,8 @@
 // Backend defaults.
 #include "engine/backend.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -26,6 +28,35 @@ void OptimizerOp::exclude_from_decay(std::span<Tensor* const> params) {
   if (!params.empty())
     throw std::runtime_error("this backend's optimizer decays every parameter (no per-parameter "
                              "weight decay yet)");
+}
+
+std::vector<std::pair<int64_t, int64_t>> parameter_ranges(std::span<Tensor* const> params) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const Tensor* t : params) {
+    if (t->role != TensorRole::parameter)
+      throw std::invalid_argument(t->name + " is not a parameter");
+    out.push_back({static_cast<int64_t>(t->offset / sizeof(float)),
+                   static_cast<int64_t>(t->bytes / sizeof(float))});
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void OptimizerOp::clip_grad_norm(double limit, float grad_scale) {
+  const std::span<float> g = host_gradients();
+  if (g.empty()) throw std::logic_error("clip_grad_norm: this optimizer's gradients are not in host memory");
+  const double inv_scale = 1.0 / grad_scale;
+  double sum = 0;
+#pragma omp parallel for reduction(+ : sum)
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double v = g[i] * inv_scale;
+    sum += v * v;
+  }
+  const double norm = std::sqrt(sum);
+  if (!(norm > limit)) return;
+  const auto factor = static_cast<float>(limit / (norm + 1e-6));
+#pragma omp parallel for
+  for (size_t i = 0; i < g.size(); ++i) g[i] *= factor;
 }
 
 void OptimizerOp::apply_to(std::span<Tensor* const>) {

@@ -16,6 +16,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -252,12 +253,24 @@ class OptimizerOp {
   };
   virtual DeviceGradients device_gradients() { return {}; }
   virtual void fold_half_gradients(size_t begin, size_t end) {}
+  // torch.nn.utils.clip_grad_norm_'s rule (train.clip_grad_norm) on the
+  // gradients the next step() reads, divided by grad_scale first: their
+  // global L2 norm, in double, and where it is above `limit` every gradient
+  // scaled by limit / (norm + 1e-6); a NaN norm changes nothing (the
+  // inf/NaN checks see it). Default: on host_gradients(), std::logic_error
+  // where they are empty; the CUDA engine's stays on the device.
+  virtual void clip_grad_norm(double limit, float grad_scale);
   // Optimizer state for checkpoints, canonical per parameter.
   virtual std::vector<std::string> state_names() const = 0;  // "exp_avg", "exp_avg_sq" / "momentum_buffer"
   // The state `which` (index into state_names) of one parameter, canonical layout.
   virtual void read_state(int which, const Tensor* param, std::span<float> canonical) = 0;
   virtual void write_state(int which, const Tensor* param, std::span<const float> canonical) = 0;
 };
+
+// The parameters' element ranges in the flat regions, (first element,
+// count), sorted: what an optimizer keeps of exclude_from_decay's list.
+// std::invalid_argument for a tensor that is not a parameter.
+std::vector<std::pair<int64_t, int64_t>> parameter_ranges(std::span<Tensor* const> params);
 
 // --------------------------------------------------------------- backend --
 struct OptimizerSettings {

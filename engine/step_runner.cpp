@@ -24,8 +24,9 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
                          int64_t{batch} * cfg.train.accumulate * parts.comm.size())),
       scaler_(cfg.train.precision == Precision::fp16),
       device_(parts.backend.device()),
+      // (token windows go through load_tokens: no staged image copy)
       overlap_(device_ && cfg.data.pin_memory && cfg.train.accumulate == 1 &&
-               cfg.data.prefetch >= 2),
+               cfg.data.prefetch >= 2 && !parts.input.tokens()),
       per_layer_(cfg.train.per_layer_update && parts.optimizer.per_layer() &&
                  cfg.train.accumulate == 1 && !scaler_.enabled() && !cfg.train.cuda_graphs &&
                  !reduce_) {
@@ -56,10 +57,11 @@ StepRunner::StepRunner(const RunConfig& cfg, const StepParts& parts, int batch,
       reduced_bytes = static_cast<double>(device.count * sizeof(float));
     }
   }
-  if (cfg.train.clip_grad_norm > 0 && (per_layer_ || cfg.train.cuda_graphs ||
-                                       parts.optimizer.host_gradients().empty()))
-    throw TrainError("train.clip_grad_norm needs every gradient in host memory before the "
-                     "update (the CPU engine, without per_layer_update)");
+  // (The norm needs every gradient; a recorded graph would keep the first
+  // step's loss scale.)
+  if (cfg.train.clip_grad_norm > 0 && (per_layer_ || cfg.train.cuda_graphs))
+    throw TrainError("train.clip_grad_norm needs every gradient before the update: not with "
+                     "train.per_layer_update or train.cuda_graphs");
   if (reduce_ && cfg.train.cuda_graphs)
     throw TrainError("train.cuda_graphs records the whole step, which leaves no place for the "
                      "ranks to sum their gradients: not with train.ranks > 1");
@@ -105,25 +107,6 @@ void StepRunner::load(const data::HostBatch* b, bool was_staged, RunObserver& ob
   } else {
     p_.input.load(p_.backend, *b);
   }
-}
-
-// torch.nn.utils.clip_grad_norm_'s rule on the gradients the update reads:
-// their global L2 norm (in double), and when it is above the limit every
-// gradient scaled by limit / (norm + 1e-6).
-void StepRunner::clip_gradients(const OptimizerStep& os) {
-  const std::span<float> g = p_.optimizer.host_gradients();
-  const double inv_scale = 1.0 / os.grad_scale;
-  double sum = 0;
-#pragma omp parallel for reduction(+ : sum)
-  for (size_t i = 0; i < g.size(); ++i) {
-    const double v = g[i] * inv_scale;
-    sum += v * v;
-  }
-  const double norm = std::sqrt(sum), limit = cfg_.train.clip_grad_norm;
-  if (!(norm > limit)) return;  // a NaN norm is left to the loss's NaN check
-  const auto factor = static_cast<float>(limit / (norm + 1e-6));
-#pragma omp parallel for
-  for (size_t i = 0; i < g.size(); ++i) g[i] *= factor;
 }
 
 // The loss scaler's verdict (reading the inf flag waits for the GPU), the
@@ -251,7 +234,8 @@ StepRecord StepRunner::step(const StepStart& at, RunObserver& obs) {
     if (reduce_) reduce_gradients(obs, at.kind == StepKind::measured);  // ends accumulation too
     PhaseScope phase(obs, Phase::optimizer);
     if (accumulate_ > 1 && !reduce_) p_.optimizer.accumulate_end();
-    if (cfg_.train.clip_grad_norm > 0) clip_gradients(os);
+    if (cfg_.train.clip_grad_norm > 0)
+      p_.optimizer.clip_grad_norm(cfg_.train.clip_grad_norm, os.grad_scale);
     p_.optimizer.step(os);
     if (!overlap_) finish(rec);
   }

@@ -67,7 +67,6 @@ class StepRunner {
   void replay_graph(const OptimizerStep& os);
   void finish(StepRecord& rec);
   void reduce_gradients(RunObserver& obs, bool measured);
-  void clip_gradients(const OptimizerStep& os);
 
   const RunConfig& cfg_;
   StepParts p_;

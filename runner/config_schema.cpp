@@ -119,7 +119,7 @@ std::vector<KeySpec> build_keys() {
                   .def(32).at_least(1).at_most(65536));
   k.push_back(K("train.memory_fraction", T::number, "batch_size = \"auto\": share of device memory to fill.")
                   .def(0.9).above(0).at_most(1));
-  k.push_back(K("train.clip_grad_norm", T::number, "Scale the gradients down to this global L2 norm when above it (torch.nn.utils.clip_grad_norm_); 0 = off. CPU engine.")
+  k.push_back(K("train.clip_grad_norm", T::number, "Scale the gradients down to this global L2 norm when above it (torch.nn.utils.clip_grad_norm_); 0 = off. Not with per_layer_update or cuda_graphs.")
                   .def(0).at_least(0));
   k.push_back(K("train.accumulate", T::integer, "Micro-batches per optimizer step (gradient accumulation).")
                   .def(1).at_least(1).at_most(1024));

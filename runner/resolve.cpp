@@ -209,22 +209,16 @@ class Resolver {
 
   void check_device() {
     const std::string device = get("train.device");
-    if (gpt2()) {
-      if (device != "cpu")
-        rule("train.device", "GPT-2's CUDA ops are not written yet (issue 25): train it with "
-                             "train.device = \"cpu\"", true);
-      if (get("train.precision") != "fp32")
-        rule("train.precision", "GPT-2 on the CPU trains in fp32 (its bf16 kernels are not "
-                                "written yet)", true);
-    }
+    if (gpt2() && device == "cpu" && get("train.precision") != "fp32")
+      rule("train.precision", "GPT-2 on the CPU trains in fp32 (its bf16 kernels are not "
+                              "written yet)", true);
     if (get("train.clip_grad_norm").get<double>() > 0) {
-      if (device != "cpu")
-        rule("train.clip_grad_norm", "the CPU engine's (the CUDA engine's gradients stay on the "
-                                     "device: not written yet); this run's device is " + device,
-             true);
       if (get("train.per_layer_update") == true)
         rule("train.clip_grad_norm", "needs every gradient before the update: not with "
                                      "train.per_layer_update", true);
+      if (get("train.cuda_graphs") == true)
+        rule("train.clip_grad_norm", "not with train.cuda_graphs (a recorded step would keep "
+                                     "its first loss scale)", true);
     }
     if (device == "cpu") {
       const std::string precision = get("train.precision");

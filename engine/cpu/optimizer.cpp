@@ -105,12 +105,8 @@ class CpuOptimizer final : public OptimizerOp {
   }
 
   void exclude_from_decay(std::span<Tensor* const> params) override {
-    for (Tensor* t : params) {
-      if (t->role != TensorRole::parameter)
-        throw std::invalid_argument(t->name + " is not a parameter");
-      no_decay_.push_back({static_cast<int64_t>(t->offset / sizeof(float)),
-                           static_cast<int64_t>(t->bytes / sizeof(float))});
-    }
+    const auto ranges = parameter_ranges(params);
+    no_decay_.insert(no_decay_.end(), ranges.begin(), ranges.end());
     std::sort(no_decay_.begin(), no_decay_.end());
   }
 

@@ -246,6 +246,7 @@ std::vector<MemoryRecord> CudaBackend::plan_extras() const {
     out.push_back({"gradients.half", params / 2});
   }
   out.push_back({"conv_workspace", static_cast<int64_t>(workspace_bytes_)});
+  if (scratch_bytes_) out.push_back({"op_scratch", static_cast<int64_t>(scratch_bytes_)});
   if (input_)  // uint8 pixels, an int32 label and three int32 augmentation draws per image
     out.push_back({"input.staging", input_->dims[0] * (input_->dims[1] * input_->dims[2] *
                                                            input_->dims[3] + 4 + 12)});
@@ -260,7 +261,8 @@ void CudaBackend::check_memory_fits() const {
   // cuDNN and cuBLAS keep some memory of their own: leave 5% and 256 MiB.
   const int64_t usable = static_cast<int64_t>(free_bytes) - static_cast<int64_t>(total_bytes / 20) -
                          (int64_t{256} << 20);
-  plan_.check_fits(plan_extras(), input_ ? input_->dims[0] : 1, usable, "on " + name());
+  plan_.check_fits(plan_extras(), input_ ? input_->dims[0] : tokens_ ? tokens_->dims[0] : 1,
+                   usable, "on " + name());
 }
 
 void* CudaBackend::device_alloc(size_t bytes, const char* what) {
@@ -293,6 +295,7 @@ void CudaBackend::allocate() {
     half_grads_ = device_alloc(param_bytes / 2, "half gradients");
   }
   workspace_ = device_alloc(workspace_bytes_, "convolution workspace");
+  scratch_ = device_alloc(scratch_bytes_, "op scratch");
   if (input_) {
     image_staging_ = static_cast<uint8_t*>(device_alloc(
         static_cast<size_t>(input_->dims[0] * input_->dims[1] * input_->dims[2] * input_->dims[3]),
@@ -379,6 +382,72 @@ std::unique_ptr<LossOp> CudaBackend::softmax_cross_entropy(Tensor* logits, Tenso
 }
 
 PointwiseOps& CudaBackend::pointwise() { return *pointwise_; }
+
+// ------------------------------------------------------- GPT-2's families --
+
+Tensor* CudaBackend::token_input(int64_t batch, int64_t tokens_per_row) {
+  if (tokens_ || input_) throw std::logic_error("cuda backend: one model input");
+  tokens_ = declare_buffer("tokens", {batch, tokens_per_row},
+                           static_cast<size_t>(batch * tokens_per_row) * sizeof(int32_t),
+                           TensorRole::io);
+  tokens_->dtype = DType::i32;
+  return tokens_;
+}
+
+std::unique_ptr<EmbeddingOp> CudaBackend::embedding(const std::string& wte_name,
+                                                    const std::string& wpe_name, Tensor* tokens,
+                                                    int64_t vocab, int64_t context,
+                                                    int64_t width) {
+  return make_embedding(*this, wte_name, wpe_name, as_cuda(tokens), vocab, context, width);
+}
+
+std::unique_ptr<LayerNormOp> CudaBackend::layer_norm(const std::string& name, Tensor* x,
+                                                     Tensor* dx, bool add_to_dx) {
+  return make_layer_norm(*this, name, as_cuda(x), as_cuda(dx), add_to_dx);
+}
+
+std::unique_ptr<LinearOp> CudaBackend::linear_in_out(const std::string& name, Tensor* x,
+                                                     Tensor* dx, int64_t out_features) {
+  return make_linear_in_out(*this, name, as_cuda(x), as_cuda(dx), out_features);
+}
+
+std::unique_ptr<LinearOp> CudaBackend::linear_tied(const std::string& name, Tensor* x, Tensor* dx,
+                                                   Tensor* weight, Tensor* weight_grad) {
+  return make_linear_tied(*this, name, as_cuda(x), as_cuda(dx), as_cuda(weight),
+                          as_cuda(weight_grad));
+}
+
+std::unique_ptr<ActivationOp> CudaBackend::causal_attention(const std::string& name, Tensor* qkv,
+                                                            Tensor* dqkv, int64_t batch,
+                                                            int64_t heads) {
+  return make_causal_attention(*this, name, as_cuda(qkv), as_cuda(dqkv), batch, heads);
+}
+
+std::unique_ptr<ActivationOp> CudaBackend::gelu(const std::string& name, Tensor* x, Tensor* dx) {
+  return make_gelu(*this, name, as_cuda(x), as_cuda(dx));
+}
+
+std::unique_ptr<ResidualAddOp> CudaBackend::residual_add(const std::string& name, Tensor* a,
+                                                         Tensor* da, Tensor* b, Tensor* db) {
+  return make_residual_add(*this, name, as_cuda(a), as_cuda(da), as_cuda(b), as_cuda(db));
+}
+
+// From pageable memory: each copy has left the host buffer when it returns,
+// so the caller may refill it; the device reads them in stream order.
+void CudaBackend::load_tokens(const int32_t* tokens, const int32_t* targets, int rows) {
+  if (!tokens_ || !labels_) throw std::logic_error("load_tokens: model has no token input or loss");
+  const int64_t batch = tokens_->dims[0], t = tokens_->dims[1];
+  if (rows < 0 || rows > batch) throw std::invalid_argument("load_tokens: batch larger than the plan");
+  if (labels_->dims[0] != batch * t)
+    throw std::logic_error("load_tokens: the loss does not take one label per token");
+  const size_t used = static_cast<size_t>(rows * t) * sizeof(int32_t);
+  const size_t all = static_cast<size_t>(batch * t) * sizeof(int32_t);
+  for (auto [dst, src] : {std::pair{tokens_, tokens}, std::pair{labels_, targets}}) {
+    if (used) CUDA_CHECK(cudaMemcpyAsync(dst->data, src, used, cudaMemcpyHostToDevice, stream_));
+    if (used < all)
+      CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(dst->data) + used, 0, all - used, stream_));
+  }
+}
 
 std::unique_ptr<OptimizerOp> CudaBackend::optimizer(const OptimizerSettings& settings,
                                                     bool accumulation) {

@@ -8,13 +8,16 @@
 // allocate(), which makes one cudaMalloc per region; steps run on one stream
 // with no allocation and no host synchronisation until the step ends.
 // The op families are in conv.cpp, batchnorm.cpp, pooling.cpp, linear.cpp,
-// loss.cpp, pointwise_ops.cpp and optimizer_op.cpp.
+// loss.cpp, pointwise_ops.cpp and optimizer_op.cpp; GPT-2's (plain row-major
+// [rows, C] activations) in matmul.cpp, layer_norm.cpp, attention.cpp and
+// gpt2_pointwise.cpp.
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
 #include <deque>
 #include <map>
@@ -24,7 +27,6 @@
 
 #include "engine/backend.h"
 #include "engine/memory_plan.h"
-#include "engine/cuda/kernels.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
 
@@ -85,6 +87,24 @@ class CudaBackend final : public Backend, public DeviceHooks {
   PointwiseOps& pointwise() override;
   std::unique_ptr<OptimizerOp> optimizer(const OptimizerSettings& settings,
                                          bool accumulation) override;
+  // GPT-2's families
+  Tensor* token_input(int64_t batch, int64_t tokens_per_row) override;
+  std::unique_ptr<EmbeddingOp> embedding(const std::string& wte_name, const std::string& wpe_name,
+                                         Tensor* tokens, int64_t vocab, int64_t context,
+                                         int64_t width) override;
+  std::unique_ptr<LayerNormOp> layer_norm(const std::string& name, Tensor* x, Tensor* dx,
+                                          bool add_to_dx) override;
+  std::unique_ptr<LinearOp> linear_in_out(const std::string& name, Tensor* x, Tensor* dx,
+                                          int64_t out_features) override;
+  std::unique_ptr<LinearOp> linear_tied(const std::string& name, Tensor* x, Tensor* dx,
+                                        Tensor* weight, Tensor* weight_grad) override;
+  std::unique_ptr<ActivationOp> causal_attention(const std::string& name, Tensor* qkv,
+                                                 Tensor* dqkv, int64_t batch,
+                                                 int64_t heads) override;
+  std::unique_ptr<ActivationOp> gelu(const std::string& name, Tensor* x, Tensor* dx) override;
+  std::unique_ptr<ResidualAddOp> residual_add(const std::string& name, Tensor* a, Tensor* da,
+                                              Tensor* b, Tensor* db) override;
+  void load_tokens(const int32_t* tokens, const int32_t* targets, int rows) override;
 
   void allocate() override;
   int64_t allocated_bytes() const override { return allocated_bytes_; }
@@ -146,6 +166,10 @@ class CudaBackend final : public Backend, public DeviceHooks {
   void need_workspace(size_t bytes);
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // The op scratch (GPT-2's attention: its per-head blocks), the largest any
+  // op asks for, shared: live only inside one op call on the one stream.
+  void need_scratch(size_t bytes) { scratch_bytes_ = std::max(scratch_bytes_, bytes); }
+  void* scratch() const { return scratch_; }
   void register_op(CudaOp* op) { ops_.push_back(op); }
   // Flat regions for the optimizer.
   float* region(TensorRole role) const;
@@ -179,12 +203,15 @@ class CudaBackend final : public Backend, public DeviceHooks {
   void* half_grads_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
   uint8_t* image_staging_ = nullptr;  // uint8 batch on the device, before normalisation
   int32_t* label_staging_ = nullptr;  // its labels, before they replace the last batch's
   int32_t* draw_staging_ = nullptr;   // its augmentation draws (3 per sample)
   int staged_count_ = -1;             // rows of the staged batch; -1 = none staged
   Augmentation staged_augment_;       // what the staged batch's normalisation applies
   CudaTensor* input_ = nullptr;
+  CudaTensor* tokens_ = nullptr;  // GPT-2's token input, int32 [B, T]
   CudaTensor* labels_ = nullptr;
   std::vector<CudaOp*> ops_;
   std::vector<void*> allocations_;
@@ -212,5 +239,24 @@ std::unique_ptr<LossOp> make_softmax_cross_entropy(CudaBackend& be, CudaTensor* 
 std::unique_ptr<PointwiseOps> make_pointwise(CudaBackend& be);
 std::unique_ptr<OptimizerOp> make_optimizer(CudaBackend& be, const OptimizerSettings& settings,
                                             bool accumulation);
+// GPT-2's.
+std::unique_ptr<EmbeddingOp> make_embedding(CudaBackend& be, const std::string& wte_name,
+                                            const std::string& wpe_name, CudaTensor* tokens,
+                                            int64_t vocab, int64_t context, int64_t width);
+std::unique_ptr<LayerNormOp> make_layer_norm(CudaBackend& be, const std::string& name,
+                                             CudaTensor* x, CudaTensor* dx, bool add_to_dx);
+std::unique_ptr<LinearOp> make_linear_in_out(CudaBackend& be, const std::string& name,
+                                             CudaTensor* x, CudaTensor* dx, int64_t out_features);
+std::unique_ptr<LinearOp> make_linear_tied(CudaBackend& be, const std::string& name,
+                                           CudaTensor* x, CudaTensor* dx, CudaTensor* weight,
+                                           CudaTensor* weight_grad);
+std::unique_ptr<ActivationOp> make_causal_attention(CudaBackend& be, const std::string& name,
+                                                    CudaTensor* qkv, CudaTensor* dqkv,
+                                                    int64_t batch, int64_t heads);
+std::unique_ptr<ActivationOp> make_gelu(CudaBackend& be, const std::string& name, CudaTensor* x,
+                                        CudaTensor* dx);
+std::unique_ptr<ResidualAddOp> make_residual_add(CudaBackend& be, const std::string& name,
+                                                 CudaTensor* a, CudaTensor* da, CudaTensor* b,
+                                                 CudaTensor* db);
 
 }  // namespace xrun::cuda

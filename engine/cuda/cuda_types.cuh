@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 
 #include <stdexcept>
+#include <type_traits>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
@@ -57,5 +58,14 @@ inline unsigned blocks_for(int64_t count) {
 #define XRUN_GRID_LOOP(i, count)                                                      \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (count); \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
+
+// In a launcher with `dt` (the element type) and `stream`: kernel<T> over
+// `count` elements (grid-stride geometry), then the launch check.
+#define XRUN_LAUNCH(kernel, count, ...)                                  \
+  dispatch(dt, [&](auto* tag) {                                          \
+    using T = std::remove_pointer_t<decltype(tag)>;                      \
+    kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(__VA_ARGS__); \
+    XRUN_CHECK_LAUNCH();                                                 \
+  })
 
 }  // namespace xrun::cuda

@@ -58,7 +58,8 @@ void relu_backward(const void* y, const void* dy, void* dx, DataType dt, int64_t
 // y[r, :] += bias (bias fp32)
 void add_bias(void* y, DataType dt, const float* bias, int64_t rows, int64_t cols,
               cudaStream_t stream);
-// db[c] = sum_r dy[r, c] (into fp32, overwriting)
+// db[c] = sum_r dy[r, c] (into fp32, overwriting): 32 columns a block, the
+// rows split over 8 warps and summed in a fixed order (deterministic)
 void bias_grad(const void* dy, DataType dt, float* db, int64_t rows, int64_t cols,
                cudaStream_t stream);
 // Global average pooling over H*W of NHWC x -> [N, C]; and its backward.
@@ -66,6 +67,60 @@ void global_avg_pool(const void* x, void* y, DataType dt, int64_t n, int64_t hw,
                      cudaStream_t stream);
 void global_avg_pool_backward(const void* dy, void* dx, DataType dt, int64_t n, int64_t hw,
                               int64_t c, cudaStream_t stream);
+
+// ---- GPT-2 (layer_norm.cu, attention.cu, gpt2_pointwise.cu) ----------------
+// Plain row-major [rows, C] activations in `dt`; parameters fp32.
+
+// torch.nn.LayerNorm per row: y = (x - mean) rstd gamma + beta, one warp a
+// row, the statistics in fp32 in two passes; mean and rstd [rows] kept for
+// the backward pass.
+void layer_norm_forward(const void* x, DataType dt, const float* gamma, const float* beta,
+                        int64_t rows, int64_t c, float eps, void* y, float* mean, float* rstd,
+                        cudaStream_t stream);
+// dx written (or added to, with add_to_dx); dgamma and dbeta written, summed
+// over the rows in a fixed order.
+void layer_norm_backward(const void* dy, const void* x, DataType dt, const float* gamma,
+                         const float* mean, const float* rstd, int64_t rows, int64_t c,
+                         void* dx, bool add_to_dx, float* dgamma, float* dbeta,
+                         cudaStream_t stream);
+
+// Causal self-attention pieces around cuBLAS's batched GEMMs (attention.cu).
+// qkv [B, T, 3C] (q, k, v, each H heads of hs = C / H) <-> q, k, v
+// [B, H, T, hs] each (`dst`, 3 B T C values); backward: the reverse.
+void split_heads(const void* qkv, DataType dt, int64_t b, int64_t t, int64_t h, int64_t hs,
+                 void* q, void* k, void* v, cudaStream_t stream);
+void merge_head_grads(const void* dq, const void* dk, const void* dv, DataType dt, int64_t b,
+                      int64_t t, int64_t h, int64_t hs, void* dqkv, cudaStream_t stream);
+// [B, H, T, hs] <-> [B, T, C].
+void heads_to_rows(const void* src, DataType dt, int64_t b, int64_t t, int64_t h, int64_t hs,
+                   void* dst, cudaStream_t stream);
+void rows_to_heads(const void* src, DataType dt, int64_t b, int64_t t, int64_t h, int64_t hs,
+                   void* dst, cudaStream_t stream);
+// In place over `blocks` [T, T] score blocks (already scaled): row t becomes
+// softmax over u <= t, zero beyond.
+void causal_softmax(void* att, DataType dt, int64_t blocks, int64_t t, cudaStream_t stream);
+// dp := p (dp - sum_u p dp) row by row (u <= t), zero beyond: the scores'
+// gradient, in place.
+void causal_softmax_backward(const void* p, void* dp, DataType dt, int64_t blocks, int64_t t,
+                             cudaStream_t stream);
+
+// GELU, tanh form, in fp32 arithmetic (gpt2_pointwise.cu).
+void gelu_forward(const void* x, void* y, DataType dt, int64_t count, cudaStream_t stream);
+void gelu_backward(const void* x, const void* dy, void* dx, DataType dt, int64_t count,
+                   cudaStream_t stream);
+// y = a + b.
+void add(const void* a, const void* b, void* y, DataType dt, int64_t count, cudaStream_t stream);
+// y[r] = wte[tokens[r]] + wpe[r % t] (fp32 tables; a token outside [0,
+// vocab) reads a zero row).
+void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, int64_t rows,
+                       int64_t t, int64_t c, int64_t vocab, void* y, DataType dt,
+                       cudaStream_t stream);
+// dwpe[p] = sum over the batch rows at position p (written, in order);
+// dwte[tokens[r]] += dy[r] (fp32 atomics: the order of the adds, and so
+// the last bits, may differ between runs where a token repeats).
+void embedding_backward(const int32_t* tokens, const void* dy, DataType dt, int64_t rows,
+                        int64_t t, int64_t c, int64_t vocab, float* dwte, float* dwpe,
+                        cudaStream_t stream);
 
 // ---- loss (loss.cu) ---------------------------------------------------------
 // Sums kept on the device between reads, so no step has to wait for the host.
@@ -115,5 +170,14 @@ void sgd_step(float* p, void* p16, DataType half_type, const GradientSource& g, 
 // acc = g (first) or acc += g, with g = g32 + g16 as above (inv_scale 1).
 void accumulate_gradients(float* acc, const GradientSource& g, int64_t count, bool first,
                           cudaStream_t stream);
+
+// torch.nn.utils.clip_grad_norm_'s rule on g = g32 + g16 (either may be
+// null): the L2 norm of g inv_scale (in double, summed in a fixed order
+// through `partials`, kClipBlocks doubles of device memory) and, where it is
+// above `limit`, both parts scaled by limit / (norm + 1e-6). No host
+// synchronisation.
+constexpr int kClipBlocks = 512;
+void clip_grad_norm(float* g32, void* g16, DataType half_type, int64_t count, float inv_scale,
+                    double limit, double* partials, cudaStream_t stream);
 
 }  // namespace xrun::cuda

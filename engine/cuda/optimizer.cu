@@ -3,7 +3,7 @@
 // parameter, gradient and state value sits at the same offset in its
 // region): AdamW and SGD with PyTorch's semantics on fp32 master weights,
 // writing the fp16/bf16 weight copies the convolutions use; the inf/NaN check
-// of the gradients; gradient accumulation.
+// of the gradients; gradient accumulation; clipping by the global norm.
 #include <type_traits>
 
 #include "engine/cuda/cuda_types.cuh"
@@ -74,6 +74,42 @@ __global__ void accumulate_kernel(float* acc, const float* g32, const H* g16, in
   }
 }
 
+// Each block's sum of (g inv_scale)^2 over its grid-stride share, in
+// double, reduced in the block in a fixed order.
+template <class H>
+__global__ void sum_squares_kernel(const float* g32, const H* g16, int64_t count, float inv_scale,
+                                   double* partials) {
+  __shared__ double part[kThreads];
+  double sum = 0;
+  XRUN_GRID_LOOP(i, count) {
+    const double v = static_cast<double>(gradient(g32, g16, i)) * inv_scale;
+    sum += v * v;
+  }
+  part[threadIdx.x] = sum;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[blockIdx.x] = part[0];
+}
+
+// Every block sums the partials in order (the same norm everywhere), and
+// where it is above the limit scales both gradient parts.
+template <class H>
+__global__ void clip_kernel(float* g32, H* g16, int64_t count, const double* partials,
+                            int blocks, double limit) {
+  double sum = 0;
+  for (int b = 0; b < blocks; ++b) sum += partials[b];
+  const double norm = sqrt(sum);
+  if (!(norm > limit)) return;  // a NaN norm is left to the inf/NaN check
+  const float factor = static_cast<float>(limit / (norm + 1e-6));
+  XRUN_GRID_LOOP(i, count) {
+    if (g32) g32[i] *= factor;
+    if (g16) g16[i] = from_float<H>(to_float(g16[i]) * factor);
+  }
+}
+
 // The half type of the gradient/weight mirrors: fp16 or bf16 (fp32 runs have
 // no mirrors; any type serves for the null pointers then).
 template <class F>
@@ -124,6 +160,19 @@ void accumulate_gradients(float* acc, const GradientSource& g, int64_t count, bo
     using H = std::remove_pointer_t<decltype(tag)>;
     accumulate_kernel<H><<<blocks_for(count), kThreads, 0, stream>>>(
         acc, g.g32, static_cast<const H*>(g.g16), count, first);
+    XRUN_CHECK_LAUNCH();
+  });
+}
+
+void clip_grad_norm(float* g32, void* g16, DataType half_type, int64_t count, float inv_scale,
+                    double limit, double* partials, cudaStream_t stream) {
+  dispatch_half(half_type, [&](auto* tag) {
+    using H = std::remove_pointer_t<decltype(tag)>;
+    sum_squares_kernel<H><<<kClipBlocks, kThreads, 0, stream>>>(
+        g32, static_cast<const H*>(g16), count, inv_scale, partials);
+    XRUN_CHECK_LAUNCH();
+    clip_kernel<H><<<blocks_for(count), kThreads, 0, stream>>>(g32, static_cast<H*>(g16), count,
+                                                               partials, kClipBlocks, limit);
     XRUN_CHECK_LAUNCH();
   });
 }

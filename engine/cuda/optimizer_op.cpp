@@ -5,7 +5,10 @@
 // inf/NaN check that lets an fp16 step be skipped on the device with no
 // host round trip; gradient accumulation (the step after accumulate_end
 // reads the fp32 sum itself); optimizer state as canonical tensors for
-// checkpoints.
+// checkpoints. Parameters left out of the weight decay (GPT-2's biases and
+// layer norms) split the update into launches over contiguous pieces, each
+// reading the decayed or the undecayed copy of the step's values.
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -23,7 +26,10 @@ class CudaOptimizer final : public OptimizerOp {
     for (const std::string& state : state_names()) be.declare_mirror(state);
     if (accumulation) be.declare_mirror("grad_accum");
     found_inf_ = be.declare_buffer("optimizer.found_inf", {1}, sizeof(int), TensorRole::workspace);
-    args_ = be.declare_buffer("optimizer.args", {1}, sizeof(Args), TensorRole::workspace);
+    clip_partials_ = be.declare_buffer("optimizer.clip_partials", {kClipBlocks},
+                                       kClipBlocks * sizeof(double), TensorRole::workspace);
+    // [0]: the step's values; [1]: the same without weight decay.
+    args_ = be.declare_buffer("optimizer.args", {2}, 2 * sizeof(Args), TensorRole::workspace);
   }
 
   std::vector<std::string> state_names() const override { return optimizer_state_names(s_); }
@@ -34,7 +40,7 @@ class CudaOptimizer final : public OptimizerOp {
     checked_ = st.check_finite;
     const float inv_scale = 1.0f / st.grad_scale;
     if (s_.name == "adamw") {
-      AdamWArgs& a = host_args_.adamw;
+      AdamWArgs& a = host_args_[0].adamw;
       a.lr = static_cast<float>(st.lr);
       a.weight_decay = static_cast<float>(s_.weight_decay);
       a.beta1 = static_cast<float>(s_.beta1);
@@ -44,7 +50,7 @@ class CudaOptimizer final : public OptimizerOp {
       a.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(s_.beta2, double(st.step))));
       a.inv_scale = inv_scale;
     } else {
-      SgdArgs& a = host_args_.sgd;
+      SgdArgs& a = host_args_[0].sgd;
       a.lr = static_cast<float>(st.lr);
       a.weight_decay = static_cast<float>(s_.weight_decay);
       a.momentum = static_cast<float>(s_.momentum);
@@ -56,8 +62,19 @@ class CudaOptimizer final : public OptimizerOp {
       first_pending_ = s_.momentum != 0 && a.first;
       momentum_started_ = momentum_started_ || s_.momentum != 0;
     }
-    CUDA_CHECK(cudaMemcpyAsync(args_->data, &host_args_, sizeof host_args_, cudaMemcpyHostToDevice,
+    host_args_[1] = host_args_[0];
+    if (s_.name == "adamw")
+      host_args_[1].adamw.weight_decay = 0;
+    else
+      host_args_[1].sgd.weight_decay = 0;
+    CUDA_CHECK(cudaMemcpyAsync(args_->data, host_args_, sizeof host_args_, cudaMemcpyHostToDevice,
                                be_.stream()));
+  }
+
+  void exclude_from_decay(std::span<Tensor* const> params) override {
+    const auto ranges = parameter_ranges(params);
+    no_decay_.insert(no_decay_.end(), ranges.begin(), ranges.end());
+    std::sort(no_decay_.begin(), no_decay_.end());
   }
 
   void apply() override {
@@ -70,17 +87,25 @@ class CudaOptimizer final : public OptimizerOp {
       CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), be_.stream()));
       check_finite(g, n, flag, be_.stream());
     }
-    float* p = be_.region(TensorRole::parameter);
-    void* p16 = be_.half_weights_region();
-    if (s_.name == "adamw") {
-      adamw_step(p, p16, be_.activation_type(), g, be_.mirror_region("exp_avg"),
-                 be_.mirror_region("exp_avg_sq"), n, &static_cast<Args*>(args_->data)->adamw,
-                 flag, be_.stream());
-    } else {
-      float* buf = s_.momentum != 0 ? be_.mirror_region("momentum_buffer") : nullptr;
-      sgd_step(p, p16, be_.activation_type(), g, buf, n, &static_cast<Args*>(args_->data)->sgd,
-               flag, be_.stream());
+    // Decayed and undecayed pieces in turn (one piece without exclusions).
+    int64_t pos = 0;
+    for (const auto& [first, count] : no_decay_) {
+      const int64_t begin = std::max(first, pos), end = first + count;  // overlaps once
+      if (end <= begin) continue;
+      if (begin > pos) update(g, pos, begin - pos, 0, flag);
+      update(g, begin, end - begin, 1, flag);
+      pos = end;
     }
+    if (pos < n) update(g, pos, n - pos, 0, flag);
+  }
+
+  // On the gradients apply() would read now (this micro-batch's fp32 part
+  // and half mirror, or the accumulated sum), on the device.
+  void clip_grad_norm(double limit, float grad_scale) override {
+    const GradientSource g = gradients();
+    cuda::clip_grad_norm(const_cast<float*>(g.g32), const_cast<void*>(g.g16), g.half_type,
+                         be_.parameter_count(), 1.0f / grad_scale, limit,
+                         static_cast<double*>(clip_partials_->data), be_.stream());
   }
 
   bool found_inf() override {
@@ -157,6 +182,27 @@ class CudaOptimizer final : public OptimizerOp {
     g.half_type = be_.activation_type();
     return g;
   }
+  // The update of [begin, begin + count) of every region, with the step's
+  // values `which` (0: decayed, 1: undecayed).
+  void update(const GradientSource& all, int64_t begin, int64_t count, int which,
+              const int* flag) {
+    const size_t half = element_size(be_.activation_type());
+    GradientSource g = all;
+    if (g.g32) g.g32 += begin;
+    if (g.g16) g.g16 = static_cast<const char*>(g.g16) + begin * half;
+    float* p = be_.region(TensorRole::parameter) + begin;
+    void* p16 = be_.half_weights_region();
+    if (p16) p16 = static_cast<char*>(p16) + begin * half;
+    Args* args = static_cast<Args*>(args_->data) + which;
+    if (s_.name == "adamw") {
+      adamw_step(p, p16, be_.activation_type(), g, be_.mirror_region("exp_avg") + begin,
+                 be_.mirror_region("exp_avg_sq") + begin, count, &args->adamw, flag,
+                 be_.stream());
+    } else {
+      float* buf = s_.momentum != 0 ? be_.mirror_region("momentum_buffer") + begin : nullptr;
+      sgd_step(p, p16, be_.activation_type(), g, buf, count, &args->sgd, flag, be_.stream());
+    }
+  }
   void need_accumulation() const {
     if (!accumulation_) throw std::logic_error("optimizer made without accumulation");
   }
@@ -190,10 +236,12 @@ class CudaOptimizer final : public OptimizerOp {
 
   CudaBackend& be_;
   OptimizerSettings s_;
-  Args host_args_{};
+  Args host_args_[2]{};
+  std::vector<std::pair<int64_t, int64_t>> no_decay_;  // (first element, count), sorted
   CudaTensor* args_ = nullptr;
   bool accumulation_;
   CudaTensor* found_inf_ = nullptr;
+  CudaTensor* clip_partials_ = nullptr;
   bool checked_ = false;
   bool momentum_started_ = false;
   bool first_pending_ = false;

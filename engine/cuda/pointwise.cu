@@ -35,12 +35,22 @@ __global__ void add_bias_kernel(T* y, const float* bias, int64_t rows, int64_t c
   XRUN_GRID_LOOP(i, rows * cols) y[i] = from_float<T>(to_float(y[i]) + bias[i % cols]);
 }
 
+// 32 columns a block (one per lane, reads coalesced), each of the 8 warps
+// summing every 8th row; then the warps' sums in order: the same bits
+// every run.
 template <class T>
 __global__ void bias_grad_kernel(const T* dy, float* db, int64_t rows, int64_t cols) {
-  XRUN_GRID_LOOP(c, cols) {
-    float sum = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) sum += to_float(dy[r * cols + c]);
-    db[c] = sum;
+  __shared__ float part[8][33];
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  float sum = 0.0f;
+  if (c < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += 8) sum += to_float(dy[r * cols + c]);
+  part[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.0f;
+    for (int w = 0; w < 8; ++w) total += part[w][threadIdx.x];
+    db[c] = total;
   }
 }
 
@@ -63,13 +73,6 @@ __global__ void avg_pool_backward_kernel(const T* dy, T* dx, int64_t n, int64_t 
 }
 
 }  // namespace
-
-#define XRUN_LAUNCH(kernel, count, ...)                                           \
-  dispatch(dt, [&](auto* tag) {                                                   \
-    using T = std::remove_pointer_t<decltype(tag)>;                               \
-    kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(__VA_ARGS__);          \
-    XRUN_CHECK_LAUNCH();                                                          \
-  })
 
 void add_inplace(void* dst, const void* src, DataType dt, int64_t count, cudaStream_t stream) {
   XRUN_LAUNCH(add_kernel, count, static_cast<T*>(dst), static_cast<const T*>(src), count);
@@ -97,7 +100,12 @@ void add_bias(void* y, DataType dt, const float* bias, int64_t rows, int64_t col
 
 void bias_grad(const void* dy, DataType dt, float* db, int64_t rows, int64_t cols,
                cudaStream_t stream) {
-  XRUN_LAUNCH(bias_grad_kernel, cols, static_cast<const T*>(dy), db, rows, cols);
+  dispatch(dt, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    bias_grad_kernel<T><<<static_cast<unsigned>((cols + 31) / 32), dim3(32, 8), 0, stream>>>(
+        static_cast<const T*>(dy), db, rows, cols);
+    XRUN_CHECK_LAUNCH();
+  });
 }
 
 void global_avg_pool(const void* x, void* y, DataType dt, int64_t n, int64_t hw, int64_t c,

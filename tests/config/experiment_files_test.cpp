@@ -24,14 +24,14 @@ TEST_CASE("every experiments/*.toml loads on a GPU machine", "[config][files]") 
       CHECK(run.config_hash.size() == 16);
       RunConfig rc = to_run_config(run.config);
       CHECK(rc.name == plan.name);
-      // cpu-sweep and gpt-text (GPT-2's ops are the CPU engine's so far)
-      // name the CPU; the others a GPU, or "auto" (the GPU here).
+      // cpu-sweep and gpt-text (its figures are the CPU engine's) name the
+      // CPU; the others a GPU, or "auto" (the GPU here).
       const bool cpu = plan.name == "cpu-sweep" || plan.name == "gpt-text";
       CHECK(rc.train.device.name() == std::string(cpu ? "cpu" : "cuda:0"));
       CHECK((rc.train.epochs > 0) != (rc.train.steps > 0));
     }
   }
-  CHECK(files == 8);
+  CHECK(files == 9);
 }
 
 TEST_CASE("batch-vs-convergence: five batch sizes, the same images between evaluations and in the warmup",

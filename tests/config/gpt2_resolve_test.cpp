@@ -3,7 +3,8 @@
 // vocabulary, the sequence length from the context, the classes from the
 // vocabulary, and every rule that refuses a run before it starts (a shape
 // that cannot be built, a ResNet given GPT-2 keys or token data, GPT-2 off
-// the CPU or in another precision, clipping with per-layer updates).
+// the CPU in another precision than fp32, clipping with per-layer updates or
+// CUDA graphs), and that a GPU takes it in every precision.
 #include "catch2_compat.h"
 
 #include "helpers.h"
@@ -74,10 +75,20 @@ TEST_CASE("gpt2: shapes and pairings that cannot train are refused where they ar
   refused(kGpt2 + "[data]\naugment = [\"hflip\"]\n", "data.augment", "token windows");
   refused("name = \"r\"\n[model]\nlayers = 2\n", "model.layers", "a GPT-2 key");
   refused("name = \"r\"\n[data]\nsource = \"text\"\n", "data.source", "feeds a language model");
-  refused(kGpt2 + "[train]\ndevice = \"cuda:0\"\n", "train.device", "CUDA ops are not written");
   refused(kGpt2 + "[train]\nprecision = \"bf16\"\n", "train.precision", "trains in fp32");
   refused("name = \"r\"\n[train]\nclip_grad_norm = 1.0\nper_layer_update = true\n",
           "train.clip_grad_norm", "not with train.per_layer_update");
-  refused("name = \"r\"\n[train]\nclip_grad_norm = 1.0\ndevice = \"cuda:0\"\n",
-          "train.clip_grad_norm", "the CPU engine's");
+  refused("name = \"r\"\n[train]\nclip_grad_norm = 1.0\ndevice = \"cuda:0\"\ncuda_graphs = true\n",
+          "train.clip_grad_norm", "not with train.cuda_graphs", gpu_options());
+}
+
+TEST_CASE("gpt2 resolve: on a GPU in every precision, clipped on the device", "[config][gpt2]") {
+  for (const char* precision : {"fp32", "tf32", "fp16", "bf16"}) {
+    const json r = resolved(kGpt2 + "[train]\ndevice = \"cuda:0\"\nclip_grad_norm = 1.0\n"
+                                    "precision = \"" + precision + "\"\n",
+                            gpu_options());
+    CHECK(r["train"]["device"] == "cuda:0");
+    CHECK(r["train"]["precision"] == precision);
+    CHECK(r["train"]["clip_grad_norm"] == 1.0);
+  }
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/gpu/check.sh: every GPU check in one go, for a machine with an NVIDIA
 # GPU (a lent one is short-lived: this runs all of it from one command; each
-# stage has a time limit, 30 + 200 + 120 + 60 + 45 + 90 s: under 9 minutes
-# 30 at worst):
+# stage has a time limit, 30 + 200 + 120 + 90 + 60 + 45 + 90 s: under 11
+# minutes at worst):
 #   1. setup    the binaries (the bundle in .device/, else ./build) and the
 #               CUDA libraries they load
 #   2. doctor   xrun doctor --require cuda (driver, CUDA, and which cuDNN,
@@ -12,11 +12,15 @@
 #               accumulation and the input path against the CPU engine in
 #               fp32/tf32/fp16/bf16, and whole resnet18/resnet50 steps against
 #               PyTorch float64 (fp32) or the error budget (the others), the
-#               shape matrix (every arch at the size classes, fp32), ending
-#               with a table of every comparison (error, threshold, verdict)
+#               shape matrix (every arch at the size classes, fp32), GPT-2's
+#               ops and a whole GPT-2 step, ending with a table of every
+#               comparison (error, threshold, verdict)
 #   4. smoke    experiments/gpu-smoke.toml cut to 12 steps a run: each
 #               precision x cudnn benchmark, then its table and the
 #               convolution algorithms each run chose
+#   4b. gpt2    experiments/gpu-gpt2-smoke.toml cut to 12 steps a run: GPT-2
+#               124M on synthetic tokens in each precision, clipped on the
+#               device: tokens/s per precision
 #   5. cupti    one of those runs again (fp16, benchmark on) with
 #               profile.cupti = "trace", pinned overlapped input and device
 #               augmentation and profile.layers: kernels, copies, CUPTI
@@ -32,8 +36,8 @@
 # then one line per stage: stage, result, seconds, key figure.
 #   tests/gpu/check.sh                     the checks above
 #   tests/gpu/check.sh STAGE [FILTER...]   setup, doctor and one stage only
-#                                          (tests | smoke | cupti | nccl |
-#                                          headline),
+#                                          (tests | smoke | gpt2 | cupti |
+#                                          nccl | headline),
 #                                          to rerun what failed; for tests,
 #                                          FILTER is Catch2's test spec
 #                                          ("cuda pooling*" "[parity]"), run
@@ -60,12 +64,12 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
 mode=check
-only=""         # one stage (tests | smoke | cupti | nccl | headline), "" for all
+only=""         # one stage (tests | smoke | gpt2 | cupti | nccl | headline), "" for all
 test_filter=()  # Catch2 test spec for the tests stage
 case "${1:-}" in
   "") ;;
   --bench) mode=bench ;;
-  tests | smoke | cupti | nccl | headline)
+  tests | smoke | gpt2 | cupti | nccl | headline)
     only=$1
     shift
     test_filter=("$@")
@@ -75,7 +79,7 @@ case "${1:-}" in
     exit 0
     ;;
   *)
-    echo "usage: tests/gpu/check.sh [--bench | tests|smoke|cupti|nccl|headline [FILTER...]]" >&2
+    echo "usage: tests/gpu/check.sh [--bench | tests|smoke|gpt2|cupti|nccl|headline [FILTER...]]" >&2
     exit 2
     ;;
 esac
@@ -321,6 +325,31 @@ PY
 )
 fi
 record smoke "$(result_of "$smoke_rc")" "$stage_s" "${key:--}"
+fi
+
+# ---- 4b. gpt2 ----------------------------------------------------------------
+# GPT-2 124M on synthetic tokens in every precision (experiments/
+# gpu-gpt2-smoke.toml, 12 steps each), clipped on the device: tokens/s per
+# precision (a loss that is not finite stops its run with an error).
+if wanted gpt2; then
+rm -f "$out"/gpt2.db "$out"/gpt2.db-*
+run_stage gpt2 90 "$xrun" run experiments/gpu-gpt2-smoke.toml --db "$out/gpt2.db" --force \
+  "${steps[@]}"
+gpt2_rc=$stage_rc
+"$xrun" runs --db "$out/gpt2.db" --format table >>"$log" 2>&1
+"$xrun" runs --db "$out/gpt2.db" --format csv >"$tmp/gpt2.csv" 2>>"$log"
+key="-"
+if have_python && [ -s "$tmp/gpt2.csv" ]; then
+  key=$(python3 - "$tmp/gpt2.csv" <<'PY' 2>>"$log"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+done = [r for r in rows if r["status"] == "complete"]
+figures = ", ".join(f"{r['precision']} {float(r['throughput']):.0f}" for r in done if r["throughput"])
+print(f"{len(done)}/{len(rows)} runs complete; tok/s {figures or '-'}")
+PY
+)
+fi
+record gpt2 "$(result_of "$gpt2_rc")" "$stage_s" "${key:--}"
 fi
 
 # ---- 5. cupti ---------------------------------------------------------------
