@@ -508,8 +508,13 @@ Comparison compare_runs(const store::Store& db, const CompareOptions& options) {
   const std::vector<const Group*> compared = groups_with_baseline(groups, out);
   if (!compared.empty()) out.values = compared_values(compared, out.baseline);
   const std::vector<std::string> shown_keys = differing_keys(groups);
-  for (const Group* g : compared)
+  std::vector<const store::RunInfo*> infos;
+  for (const Group* g : compared) {
     out.groups.push_back(compare_group(*g, out.values, shown_keys, options));
+    for (const auto& [value, members] : g->by_value)
+      for (const Candidate* c : members) infos.push_back(&c->info);
+  }
+  out.throughput_label = store::throughput_label(infos);
   std::sort(out.groups.begin(), out.groups.end(), settings_less);
   std::sort(out.unmatched.begin(), out.unmatched.end(),
             [](const UnmatchedRun& a, const UnmatchedRun& b) { return a.id < b.id; });

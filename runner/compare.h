@@ -47,7 +47,7 @@ struct CompareOptions {
 struct CompareCell {
   std::string value;                 // the compared key's value on this side
   std::vector<std::string> run_uuids;
-  double throughput = 0;             // img/s over the pooled measured steps
+  double throughput = 0;             // img/s (tok/s) over the pooled measured steps
   int64_t measured_steps = 0;
   int64_t peak_memory_bytes = 0;     // the largest of its runs'
   double ratio = 1;                  // throughput / baseline throughput
@@ -97,6 +97,7 @@ struct Comparison {
                                     // natural order (numbers numerically)
   std::vector<CompareGroup> groups; // ordered by their differing settings (natural order)
   std::vector<UnmatchedRun> unmatched;  // complete runs with no counterpart
+  std::string throughput_label = "img/s";  // what the compared runs count (tok/s: GPT-2)
 };
 
 // Natural order of values: numbers numerically before any other text, other

@@ -131,7 +131,7 @@ TextTable comparison_cells(const Comparison& c) {
   TextTable t;
   t.header = setting_keys(c);
   t.right_aligned.assign(t.header.size(), false);
-  t.header.insert(t.header.end(), {c.by, "runs", "steps", "img/s", "achieved", "of peak",
+  t.header.insert(t.header.end(), {c.by, "runs", "steps", c.throughput_label, "achieved", "of peak",
                                    "to target", "ratio", "95% interval", "", "peak memory"});
   t.right_aligned.insert(t.right_aligned.end(),
                          {false, true, true, true, true, true, true, true, false, false, true});
@@ -331,6 +331,7 @@ json comparison_json(const Comparison& c, const CompareOptions& o) {
     unmatched.push_back(j);
   }
   return {{"by", c.by},
+          {"throughput_label", c.throughput_label},
           {"baseline", c.baseline},
           {"values", c.values},
           {"confidence", 0.95},

@@ -226,6 +226,7 @@ json run_json(const store::RunInfo& r) {
           {"cudnn_benchmark", r.cudnn_benchmark},
           {"workers", r.workers},
           {"throughput", number_or_null(r.throughput)},
+          {"throughput_unit", r.throughput_unit},
           {"step_ms_median", number_or_null(r.step_ms_median)},
           {"step_ms_p10", number_or_null(r.step_ms_p10)},
           {"step_ms_p90", number_or_null(r.step_ms_p90)},

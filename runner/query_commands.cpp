@@ -50,7 +50,7 @@ int runs_command(const RunsArgs& args) {
                             "cudnn_benchmark", "workers", "throughput", "step_ms_median",
                             "step_ms_p10", "step_ms_p90", "peak_memory_bytes", "test_accuracy",
                             "achieved_flops", "fraction_of_peak", "started_at", "ranks",
-                            "global_batch"};
+                            "global_batch", "throughput_unit"};
       for (size_t i = 0; i < std::size(cols); ++i) std::cout << (i ? "," : "") << cols[i];
       std::cout << "\n";
       for (const auto& r : runs) {
@@ -63,9 +63,11 @@ int runs_command(const RunsArgs& args) {
         std::cout << "\n";
       }
     } else {
+      std::vector<const store::RunInfo*> infos;
+      for (const auto& r : runs) infos.push_back(&r);
       std::printf("%4s  %-8s  %-16s %4s  %-11s %-14s %-7s %6s %-9s %9s %9s %9s %6s %7s\n", "id",
                   "uuid", "experiment", "#", "status", "label", "device", "batch", "precision",
-                  "img/s", "step ms", "FLOP/s", "% peak", "acc %");
+                  store::throughput_label(infos).c_str(), "step ms", "FLOP/s", "% peak", "acc %");
       // Text of any script is cut and padded by terminal columns, not bytes;
       // stored text (another program's, a merged store's) with its control
       // characters escaped.

@@ -159,7 +159,9 @@ constexpr const char* kInfoColumns =
     " s.cudnn_benchmark, s.workers, s.throughput, s.step_ms_median, s.step_ms_p10,"
     " s.step_ms_p90, s.peak_memory_bytes, s.test_accuracy, s.final_loss, s.error,"
     " s.achieved_flops, s.peak_flops, s.fraction_of_peak, s.target_accuracy, s.time_to_target_s,"
-    " s.ranks, coalesce(s.global_batch, 0)";
+    " s.ranks, coalesce(s.global_batch, 0),"
+    " coalesce((SELECT e.value FROM run_environment e WHERE e.run = s.id"
+    " AND e.key = 'throughput_unit'), 'images/s')";
 
 RunInfo read_info(const Statement& st) {
   RunInfo r;
@@ -194,6 +196,7 @@ RunInfo read_info(const Statement& st) {
   r.time_to_target_s = st.real(28);
   r.ranks = static_cast<int>(st.int64(29));
   r.global_batch = st.int64(30);
+  r.throughput_unit = st.text(31);
   return r;
 }
 
@@ -655,6 +658,12 @@ int Store::mark_stale_runs_interrupted() {
   }
   tx.commit();
   return static_cast<int>(stale.size());
+}
+
+std::string throughput_label(const std::vector<const RunInfo*>& runs) {
+  bool images = false, tokens = false;
+  for (const RunInfo* r : runs) (r->throughput_unit == "tokens/s" ? tokens : images) = true;
+  return tokens && images ? "img|tok/s" : tokens ? "tok/s" : "img/s";
 }
 
 // --- Store: queries ---------------------------------------------------------------------

@@ -92,7 +92,10 @@ struct RunInfo {
   int workers = 0;
   // NaN when the run stored no figures (failed or interrupted before its
   // measured steps).
-  double throughput = 0;    // img/s
+  double throughput = 0;    // img/s, or tok/s where throughput_unit says so
+  // What the throughput counts: "images/s", or "tokens/s" (a GPT-2 run's
+  // environment says so; runs stored before it said anything count images).
+  std::string throughput_unit = "images/s";
   double step_ms_median = 0, step_ms_p10 = 0, step_ms_p90 = 0;
   int64_t peak_memory_bytes = 0;
   double test_accuracy = 0; // NaN when none
@@ -108,6 +111,10 @@ struct RunInfo {
   int ranks = 1;
   int64_t global_batch = 0;
 };
+
+// A table column's label for these runs' throughputs: "img/s", "tok/s", or
+// "img|tok/s" where both kinds are among them.
+std::string throughput_label(const std::vector<const RunInfo*>& runs);
 
 // Everything `xrun show` prints about one run.
 struct RunDetail {

@@ -75,6 +75,9 @@ std::string run_row(const ReportRun& r) {
 }  // namespace
 
 std::string runs(const ReportData& data) {
+  std::vector<const store::RunInfo*> infos;
+  for (const ReportRun& r : data.runs) infos.push_back(&r.detail.info);
+  const std::string unit = store::throughput_label(infos);
   std::string table = "<div class=\"scroll\"><table class=\"runs\"><thead>" +
                       header_row({{"", false},
                                   {"run", true},
@@ -84,7 +87,7 @@ std::string runs(const ReportData& data) {
                                   {"batch", true},
                                   {"precision", false},
                                   {"status", false},
-                                  {"img/s", true},
+                                  {unit.c_str(), true},
                                   {"TFLOP/s", true},
                                   {"% of peak", true},
                                   {"median ms", true},

@@ -56,8 +56,11 @@ Point throughput_point(const std::string& series, int batch,
   double sum = 0;
   for (const ReportRun* r : runs) sum += r->detail.info.throughput;
   const double mean = sum / static_cast<double>(runs.size());
-  std::string tip = series + ", batch " + std::to_string(batch) + ": " + short_number(mean) +
-                    " img/s (" + (runs.size() > 1 ? "mean of " : "run ") + run_ids(runs) + ")";
+  std::vector<const store::RunInfo*> infos;
+  for (const ReportRun* r : runs) infos.push_back(&r->detail.info);
+  std::string tip = series + ", batch " + std::to_string(batch) + ": " + short_number(mean) + " " +
+                    store::throughput_label(infos) + " (" + (runs.size() > 1 ? "mean of " : "run ") +
+                    run_ids(runs) + ")";
   return {static_cast<double>(batch), mean, tip};
 }
 
@@ -66,16 +69,21 @@ Point throughput_point(const std::string& series, int batch,
 std::string throughput(const ReportData& data) {
   std::map<SeriesKey, RunsByBatch> by_series;
   std::set<int> batches;
+  std::vector<const store::RunInfo*> shown;
   for (const ReportRun& r : data.runs) {
     const store::RunInfo& i = r.detail.info;
     if (i.status != "complete" || !(i.throughput > 0) || i.batch_size <= 0) continue;
     by_series[{i.device_name, i.precision}][i.batch_size].push_back(&r);
     batches.insert(i.batch_size);
+    shown.push_back(&i);
   }
+  const std::string unit = store::throughput_label(shown);
   LineChart c;
   c.title = "Throughput by batch size";
-  c.x = {"batch size (images per step, log scale)", true, {batches.begin(), batches.end()}};
-  c.y = {"throughput (img/s)", false, {}, true};
+  c.x = {unit == "img/s" ? "batch size (images per step, log scale)"
+                         : "batch size (sequences per step, log scale)",
+         true, {batches.begin(), batches.end()}};
+  c.y = {"throughput (" + unit + ")", false, {}, true};
   bool sweep = false;
   for (const auto& [key, runs] : by_series) {
     Series s{series_name(key), c.series.size(), {}};
@@ -134,7 +142,7 @@ Bar speedup_bar(const analysis::Comparison& cmp, const analysis::CompareGroup& g
           (settings.empty() ? "" : " (" + settings + ")") + ": " + short_number(cell.ratio) +
           "× (95% interval " + short_number(cell.ratio_lo) + "–" + short_number(cell.ratio_hi) +
           "), " + short_number(cell.throughput) + " vs " + short_number(base.throughput) +
-          " img/s" + (cell.interval_includes_one ? "; no clear difference" : "");
+          " " + cmp.throughput_label + (cell.interval_includes_one ? "; no clear difference" : "");
   return b;
 }
 

@@ -9,6 +9,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "cli_util.h"
 #include "engine/checkpoint/safetensors.h"
@@ -95,15 +97,27 @@ train.batch_size = [4, 8]
   INFO(run.output);
   REQUIRE(run.status == 0);
   CHECK(f.sql("SELECT count(*) FROM runs WHERE status = 'complete'") == "2");
+  // Every table says tokens where a GPT-2 run's throughput counts them.
+  const auto runs = f.xrun("runs" + db);
+  INFO(runs.output);
+  CHECK(runs.status == 0);
+  CHECK_THAT(runs.output, Contains("tok/s") && !Contains("img/s"));
+  const auto csv = f.xrun("runs --format csv" + db);
+  CHECK_THAT(csv.output, Contains("throughput_unit") && Contains("tokens/s"));
   const auto cmp = f.xrun("compare --by train.batch_size" + db);
   INFO(cmp.output);
   CHECK(cmp.status == 0);
-  CHECK_THAT(cmp.output, Contains("train.batch_size"));
+  CHECK_THAT(cmp.output, Contains("train.batch_size") && Contains("tok/s") && !Contains("img/s"));
+  const auto cmp_json = f.xrun("compare --by train.batch_size --format json" + db);
+  CHECK_THAT(cmp_json.output, Contains(R"("throughput_label": "tok/s")"));
   const auto rep = f.xrun("report --by train.batch_size -o " +
                           shell_quote(f.dir.file("r.html")) + db);
   INFO(rep.output);
   CHECK(rep.status == 0);
   CHECK(std::filesystem::file_size(f.dir.file("r.html")) > 1000);
+  std::ifstream in(f.dir.file("r.html"));
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK_THAT(html, Contains("throughput (tok/s)") && Contains(">tok/s<") && !Contains("img/s"));
 }
 
 TEST_CASE("ranks: 2 GPT-2 ranks x batch 4 train the weights of 1 rank with accumulate 2, bit "

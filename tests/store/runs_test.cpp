@@ -389,6 +389,28 @@ TEST_CASE("list_runs filters on run columns and parameters, AND-ed", "[store][ru
   CHECK(store.list_runs({{"label", "x' OR '1'='1"}}).empty());
 }
 
+TEST_CASE("list_runs reads what a throughput counts, images unless the environment says tokens",
+          "[store][runs]") {
+  TempDir tmp;
+  Store store(tmp.file("r.db"));
+  const std::string images = store.begin_run(make_run("fp16", 512, "box-a"));
+  NewRun lm = make_run("fp32", 8, "box-a");
+  lm.environment.fields["throughput_unit"] = "tokens/s";
+  const std::string tokens = store.begin_run(lm);
+  const std::vector<RunInfo> runs = store.list_runs();
+  REQUIRE(runs.size() == 2);
+  CHECK(runs[0].uuid == images);
+  CHECK(runs[0].throughput_unit == "images/s");
+  CHECK(runs[1].uuid == tokens);
+  CHECK(runs[1].throughput_unit == "tokens/s");
+  CHECK(store.get_run(tokens)->info.throughput_unit == "tokens/s");
+  // A table's column label: one kind, or both.
+  CHECK(throughput_label({&runs[0]}) == "img/s");
+  CHECK(throughput_label({&runs[1]}) == "tok/s");
+  CHECK(throughput_label({&runs[0], &runs[1]}) == "img|tok/s");
+  CHECK(throughput_label({}) == "img/s");
+}
+
 TEST_CASE("get_run takes an id or a UUID prefix of at least 4 characters", "[store][runs]") {
   TempDir tmp;
   const std::string path = tmp.file("r.db");
