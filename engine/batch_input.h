@@ -22,7 +22,7 @@ class BatchInput {
   BatchInput(const RunConfig& cfg, const Model& model, int batch);
   void load(Backend& backend, const data::HostBatch& b);
   int loss_rows(int count) const { return count * rows_per_sample_; }
-  bool tokens() const { return rows_per_sample_ > 1 || cfg_.model.is_gpt2(); }
+  bool tokens() const { return cfg_.model.is_gpt2(); }
 
  private:
   const RunConfig& cfg_;

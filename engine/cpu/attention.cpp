@@ -204,7 +204,7 @@ class CpuAttention final : public ActivationOp, public CpuOp {
     recompute_ = B * H * T * T * 4 > be.attention_keep_bytes;
     p_ = recompute_ ? be.shared_scratch("attention.p", block)
                     : be.declare(name + ".p", block, plain_md(block), TensorRole::workspace);
-    ds_ = be.shared_scratch("attention.ds", block);
+    if (dqkv) ds_ = be.shared_scratch("attention.ds", block);
 
     // Views: a head's rows of q, k or v inside qkv (or of y inside [B*T, C]).
     const auto heads_view = [&](int64_t row, bool transposed) {

@@ -43,8 +43,8 @@ void layer_norm_forward(const float* x, const float* gamma, const float* beta, i
     float* yr = y + r * c;
     for (int64_t j = 0; j < c; ++j)
       yr[j] = static_cast<float>((xr[j] - m) * s * gamma[j] + beta[j]);
-    mean[r] = static_cast<float>(m);
-    rstd[r] = static_cast<float>(s);
+    if (mean) mean[r] = static_cast<float>(m);
+    if (rstd) rstd[r] = static_cast<float>(s);
   }
 }
 
@@ -125,14 +125,12 @@ class CpuLayerNorm final : public LayerNormOp {
     gamma = g, gamma_grad = gg, beta = b, beta_grad = bg;
     y = be.declare(name + ".y", x->dims, x->md, TensorRole::activation);
     dy = be.declare(name + ".dy", x->dims, x->md, TensorRole::activation_grad);
-    mean_ = be.declare(name + ".mean", {rows_}, plain_md({rows_}), TensorRole::workspace);
-    rstd_ = be.declare(name + ".rstd", {rows_}, plain_md({rows_}), TensorRole::workspace);
     partial_.resize(layer_norm_scratch_values(c_));
     be.note_kernel("layer_norm", "xrun:rows_double");
   }
   void forward() override {
-    layer_norm_forward(f(x_), f(gamma), f(beta), rows_, c_, kLayerNormEps, f(y), f(mean_),
-                       f(rstd_));
+    layer_norm_forward(f(x_), f(gamma), f(beta), rows_, c_, kLayerNormEps, f(y), nullptr,
+                       nullptr);
   }
   void backward() override {
     if (!dx_) throw std::logic_error("layer norm: backward without dx");
@@ -146,8 +144,6 @@ class CpuLayerNorm final : public LayerNormOp {
   CpuTensor* dx_;
   bool add_to_dx_;
   int64_t rows_, c_;
-  CpuTensor* mean_;
-  CpuTensor* rstd_;
   std::vector<double> partial_;
 };
 

@@ -16,8 +16,9 @@ namespace xrun::cpu {
 constexpr double kLayerNormEps = 1e-5;
 
 // y = (x - mean) * rstd * gamma + beta per row, rstd = 1 / sqrt(var + eps);
-// each row's mean and rstd are written (float; for a device backend's
-// comparison and the model's inspection; the backward pass recomputes them).
+// each row's mean and rstd are written where `mean` and `rstd` are not null
+// (float, for inspection and the tests: the backward pass recomputes them,
+// so the op passes null).
 void layer_norm_forward(const float* x, const float* gamma, const float* beta, int64_t rows,
                         int64_t c, double eps, float* y, float* mean, float* rstd);
 

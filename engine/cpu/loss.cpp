@@ -52,10 +52,11 @@ void wide_row(const float* row, int64_t k, int32_t label, double scale, float* d
     drow[label] -= static_cast<float>(scale);
   }
   *loss = static_cast<double>(mx) + std::log(sum) - row[label];
-  // Top-1 as the narrow rows count it: the first largest logit.
-  bool first = true;
+  // Top-1 as the narrow rows count it: the first largest logit (the scan
+  // before the label only where the label's logit is a largest one).
+  bool first = row[label] == mx;
   for (int64_t j = 0; j < label && first; ++j) first = row[j] < mx;
-  *hit = first && row[label] == mx;
+  *hit = first;
 }
 
 class CpuLoss final : public LossOp {
