@@ -22,6 +22,7 @@
 #include "engine/data/tokens.h"
 #include "engine/distributed/rank_stats.h"
 #include "engine/model/gpt2.h"
+#include "engine/model/gpt2_costs.h"
 #include "engine/model/resnet.h"
 #include "engine/model/step_bytes.h"
 #include "engine/model/step_flops.h"
@@ -303,10 +304,12 @@ class Run final : public StepSource {
   // Each layer's FLOPs and least bytes per pass of one micro-batch, tensors
   // at the precision's element size.
   std::vector<LayerCostRecord> layer_costs() const {
-    if (!dynamic_cast<const ResNet*>(model.get())) return {};  // GPT-2: per-layer counts to come
-    const StepFlops flops = count_step_flops(resnet(), optimizer_settings());
     const int element = cfg.train.precision == Precision::fp16 ||
                                 cfg.train.precision == Precision::bf16 ? 2 : 4;
+    if (const auto* gpt2 = dynamic_cast<const Gpt2*>(model.get()))
+      return gpt2_layer_costs(gpt2->spec().shape, gpt2->spec().batch, gpt2->spec().tokens,
+                              element);
+    const StepFlops flops = count_step_flops(resnet(), optimizer_settings());
     const std::vector<LayerBytes> bytes = count_layer_bytes(resnet().layer_shapes(), element);
     std::vector<LayerCostRecord> out;
     for (const LayerFlops& f : flops.layers) {

@@ -57,6 +57,10 @@ TEST_CASE("xrun run experiments/gpt-text.toml: a GPT-2 learns text, stored in to
   CHECK(f.sql("SELECT count(*) FROM kernels WHERE name = 'transformer.h.3' AND "
               "phase = 'backward'") == "1");
   CHECK(f.sql("SELECT count(*) FROM kernels WHERE name = 'lm_head' AND phase = 'forward'") == "1");
+  // And each timed layer's FLOPs and bytes for the roofline (gpt2_costs.h).
+  CHECK(f.sql("SELECT count(*) FROM layer_costs WHERE layer = 'transformer.h.3' AND "
+              "pass = 'backward' AND flops > 0 AND bytes > 0") == "1");
+  CHECK(f.sql("SELECT count(*) FROM layer_costs") == std::to_string(2 * (4 + 4)));
   CHECK(std::filesystem::exists(f.dir.file("gpt.safetensors")));
 
   const auto show = f.xrun("show 1" + db);
