@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/gpt2_cpu_vs_pytorch.sh: xrun's GPT-2 training on the CPU against
-# PyTorch eager on this machine, in one go, fp32, the same thread count for
+# PyTorch eager on this machine, in one go, in PRECISION (fp32, the default,
+# or bf16: xrun's bf16 GEMMs against torch.autocast's bf16), the same thread count for
 # all (default: all cores), synthetic tokens (vocabulary 50257), AdamW with
 # decay on matrices only. For each configuration in CONFIGS
 # ("LAYERS:HEADS:WIDTH:T:BATCH ...", default "6:6:384:256:4 12:12:768:256:4":
@@ -22,6 +23,7 @@ cd "$(dirname "$0")/.."
 threads="${1:-$(nproc)}"
 rounds="${2:-2}"
 configs="${CONFIGS:-6:6:384:256:4 12:12:768:256:4}"
+precision="${PRECISION:-fp32}"
 build="${XRUN_BUILD_DIR:-build}"
 xrun="$build/runner/xrun"
 [ -x "$xrun" ] || ./scripts/setup.sh
@@ -43,14 +45,15 @@ measure() {  # ENGINE LAYERS HEADS WIDTH T BATCH -> "tokens/s label"
     "$xrun" run bench/gpt2-bench.toml --db "$db" --set train.threads="$threads" \
       --set model.layers="$2" --set model.heads="$3" --set model.width="$4" \
       --set model.context="$5" --set data.sequence_length="$5" --set train.batch_size="$6" \
-      --set measure.warmup_steps="$warmup" --set measure.measure_steps="$steps" >/dev/null 2>&1
+      --set measure.warmup_steps="$warmup" --set measure.measure_steps="$steps" \
+      --set train.precision="$precision" >/dev/null 2>&1
     sqlite3 -separator ' ' "$db" "SELECT throughput, 'xrun (oneDNN ' || onednn || ')' FROM runs"
   else
     local version
     version="$("$py" -c 'import torch, transformers; print(torch.__version__, transformers.__version__)')"
     local label="PyTorch ${version% *} nanoGPT-style"
     [ "$1" = hf ] && label="PyTorch ${version% *} transformers ${version#* } GPT2LMHeadModel"
-    echo "$("$py" bench/pytorch_gpt2.py "$1" "$2" "$3" "$4" "$5" "$6" "$threads" "$warmup" "$steps" |
+    echo "$("$py" bench/pytorch_gpt2.py "$1" "$2" "$3" "$4" "$5" "$6" "$threads" "$warmup" "$steps" "$precision" |
       awk '/^tokens_per_s/ {print $2}') $label"
   fi
 }
@@ -84,4 +87,4 @@ for config in configs:
         print(f"{lines[0][1]:60} {statistics.median(tps):8.1f} {min(tps):5.0f}-{max(tps):<5.0f} {ratio:>12} {span:>11}")
 PY
 echo
-echo "threads: $threads; rounds: $rounds; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); runs in $work"
+echo "precision: $precision; threads: $threads; rounds: $rounds; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); runs in $work"

@@ -68,6 +68,8 @@ class NanoGpt(nn.Module):
 
 def main():
     model, layers, heads, width, t, batch, threads, warmup, steps = sys.argv[1:10]
+    # fp32, or bf16: torch.autocast's bf16 on the CPU (matmuls in bf16, fp32 weights)
+    precision = sys.argv[10] if len(sys.argv) > 10 else "fp32"
     layers, heads, width, t, batch = map(int, (layers, heads, width, t, batch))
     threads, warmup, steps = int(threads), int(warmup), int(steps)
     torch.set_num_threads(threads)
@@ -100,7 +102,8 @@ def main():
         if i == warmup:
             start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = loss_of(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = loss_of(x, y)
         loss.backward()
         opt.step()
     seconds = time.perf_counter() - start

@@ -209,9 +209,6 @@ class Resolver {
 
   void check_device() {
     const std::string device = get("train.device");
-    if (gpt2() && device == "cpu" && get("train.precision") != "fp32")
-      rule("train.precision", "GPT-2 on the CPU trains in fp32 (its bf16 kernels are not "
-                              "written yet)", true);
     if (get("train.clip_grad_norm").get<double>() > 0) {
       if (get("train.per_layer_update") == true)
         rule("train.clip_grad_norm", "needs every gradient before the update: not with "

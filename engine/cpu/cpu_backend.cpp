@@ -315,7 +315,9 @@ int64_t available_memory() {
 }  // namespace
 
 std::vector<MemoryRecord> CpuBackend::memory_plan() const {
-  return plan_.records({{"scratchpad", static_cast<int64_t>(scratchpad_bytes_)}});
+  std::vector<MemoryRecord> extras = {{"scratchpad", static_cast<int64_t>(scratchpad_bytes_)}};
+  if (op_scratch_bytes_) extras.push_back({"op_scratch", static_cast<int64_t>(op_scratch_bytes_)});
+  return plan_.records(extras);
 }
 
 // One zeroed allocation of `bytes` (none for 0), counted and kept for the destructor.
@@ -331,7 +333,8 @@ void CpuBackend::allocate() {
   // Refuses a plan larger than the memory available, naming the largest
   // batch that fits.
   if (const int64_t available = available_memory(); available > 0)
-    plan_.check_fits({{"scratchpad", static_cast<int64_t>(scratchpad_bytes_)}},
+    plan_.check_fits({{"scratchpad", static_cast<int64_t>(scratchpad_bytes_)},
+                      {"op_scratch", static_cast<int64_t>(op_scratch_bytes_)}},
                      input_ ? input_->dims[0] : tokens_ ? tokens_->dims[0] : 1, available,
                      "in memory");
   for (const auto& entry : plan_.mirrors())
@@ -348,6 +351,7 @@ void CpuBackend::allocate() {
                                          scratchpad_bytes_, kAlign))},
                                     memory::data_type::u8, memory::format_tag::a),
                        engine_, scratchpad_base_);
+  op_scratch_base_ = allocate_region(op_scratch_bytes_);
   for (CpuTensor& t : tensors_) {
     t.data = plan_.base(t.role) + t.offset;
     t.mem = memory(t.md, engine_, t.data);

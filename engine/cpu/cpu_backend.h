@@ -11,10 +11,12 @@
 // the fc layer and the loss in fp32. The op families are in conv.cpp, batchnorm.cpp (xrun's own
 // loops on those layouts, not oneDNN's), pooling.cpp, linear.cpp, loss.cpp,
 // pointwise.cpp and optimizer.cpp; GPT-2's (plain fp32 [rows, C] tensors at
-// every precision) in matmul.cpp, layer_norm.cpp, attention.cpp and
-// gpt2_pointwise.cpp.
+// every precision; in bf16 runs the Conv1D and tied layers' GEMMs read bf16
+// copies of their operands on AMX) in matmul.cpp, layer_norm.cpp,
+// attention.cpp and gpt2_pointwise.cpp.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <deque>
 #include <map>
@@ -148,6 +150,11 @@ class CpuBackend final : public Backend {
   // scores); declared by the first ask. std::logic_error when a later ask
   // is larger than the first.
   CpuTensor* shared_scratch(const std::string& key, const std::vector<int64_t>& dims);
+  // Raw op scratch of the largest size any op asks for (GPT-2's bf16
+  // copies of a GEMM's incoming gradient), live only inside one call;
+  // op_scratch() is valid from allocate() (ops take it in bind()).
+  void need_op_scratch(size_t bytes) { op_scratch_bytes_ = std::max(op_scratch_bytes_, bytes); }
+  char* op_scratch() const { return op_scratch_base_; }
   const memory& scratchpad() const { return scratchpad_; }
   void register_op(CpuOp* op) { ops_.push_back(op); }
   // Flat views of a whole region, for the optimizer.
@@ -195,6 +202,8 @@ class CpuBackend final : public Backend {
   std::deque<CpuTensor> tensors_;  // stable addresses
   MemoryPlan plan_{64};
   size_t scratchpad_bytes_ = 0;
+  size_t op_scratch_bytes_ = 0;
+  char* op_scratch_base_ = nullptr;
   memory scratchpad_;
   char* scratchpad_base_ = nullptr;
   std::vector<CpuOp*> ops_;

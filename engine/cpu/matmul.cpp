@@ -4,9 +4,18 @@
 // by the embedding). The transposed operands of the backward passes are
 // strided views of the same memory (no copies): dx = dy w^T, dw = x^T dy.
 // The bias gradient is xrun's own column sum, in double.
+//
+// In bf16 runs (AMX or AVX512_BF16) the GEMMs read bf16 operands and
+// accumulate in fp32, as PyTorch's bf16 autocast runs a linear layer, on
+// oneDNN's AMX kernels: each op keeps a bf16 copy of its weight (remade
+// when weights_version() moves) and of its input (made in the forward pass,
+// read again by the weight gradient), and rounds the incoming gradient to
+// bf16 in the backend's op scratch for the two backward products; every
+// tensor outside the GEMMs (activations, gradients, parameters) stays fp32.
 #include <algorithm>
 #include <stdexcept>
 
+#include "engine/cpu/bf16.h"
 #include "engine/cpu/matmul_call.h"
 
 namespace xrun::cpu {
@@ -17,9 +26,48 @@ using namespace dnnl;
 using dt = memory::data_type;
 
 // A [rows, cols] view of memory that holds the [cols, rows] matrix row-major.
-memory::desc transposed_md(int64_t rows, int64_t cols) {
-  return memory::desc({rows, cols}, dt::f32, memory::dims{1, rows});
+memory::desc transposed_md(int64_t rows, int64_t cols, dt type = dt::f32) {
+  return memory::desc({rows, cols}, type, memory::dims{1, rows});
 }
+
+// dst = src rounded to bf16 (to nearest, ties to even), threads in parallel.
+XRUN_VECTOR_CLONES
+void round_to_bf16(const float* src, bf16_t* dst, int64_t n) {
+#pragma omp parallel for simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+
+// What a GEMM op keeps in a bf16 run: its input's and its weight's bf16
+// copies and the weights_version() the weight's was made at.
+struct Bf16Operands {
+  CpuTensor* x = nullptr;
+  CpuTensor* weight = nullptr;
+  uint64_t weight_version = ~uint64_t{0};
+  void declare(CpuBackend& be, const std::string& name, int64_t rows, int64_t in,
+               const std::vector<int64_t>& weight_dims) {
+    x = be.declare(name + ".x_bf16", {rows, in}, plain_md({rows, in}, dt::bf16),
+                   TensorRole::activation);
+    weight = be.declare(name + ".weight_bf16", weight_dims, plain_md(weight_dims, dt::bf16),
+                        TensorRole::workspace);
+  }
+  // Before the forward GEMM: the weight's copy, remade where the parameter
+  // changed since, and the input's.
+  void before_forward(CpuBackend& be, const Tensor* w, const Tensor* in) {
+    if (weight_version != be.weights_version()) {
+      round_to_bf16(static_cast<const float*>(w->data), static_cast<bf16_t*>(weight->data),
+                    w->numel());
+      weight_version = be.weights_version();
+    }
+    round_to_bf16(static_cast<const float*>(in->data), static_cast<bf16_t*>(x->data), in->numel());
+  }
+  // Before the backward GEMMs: the incoming gradient's copy, in the op scratch.
+  static void before_backward(CpuBackend& be, const Tensor* dy) {
+    round_to_bf16(static_cast<const float*>(dy->data), reinterpret_cast<bf16_t*>(be.op_scratch()),
+                  dy->numel());
+  }
+};
+
+bool bf16_gemms(const CpuBackend& be) { return be.precision() == Precision::bf16; }
 
 // db[o] = sum over rows of dy[r, o], in double, threads over column blocks.
 void column_sums(const float* dy, int64_t rows, int64_t cols, float* db) {
@@ -55,22 +103,35 @@ class CpuLinearInOut final : public LinearOp, public CpuOp {
     y = be.declare(name + ".y", {n_, out_}, plain_md({n_, out_}), TensorRole::activation);
     dy = be.declare(name + ".dy", {n_, out_}, plain_md({n_, out_}), TensorRole::activation_grad);
     const memory::desc bias_md = plain_md({1, out_});
-    fwd_.make(be, "matmul fwd", plain_md({n_, in_}), plain_md({in_, out_}), plain_md({n_, out_}),
-              &bias_md);
-    bww_.make(be, "matmul bwd_weights", transposed_md(in_, n_), plain_md({n_, out_}),
+    const dt op = bf16_gemms(be) ? dt::bf16 : dt::f32;  // the GEMMs' operand type
+    if (op == dt::bf16) {
+      bf16_.declare(be, name, n_, in_, {in_, out_});
+      be.need_op_scratch(static_cast<size_t>(n_ * out_) * sizeof(bf16_t));
+    }
+    fwd_.make(be, "matmul fwd", plain_md({n_, in_}, op), plain_md({in_, out_}, op),
+              plain_md({n_, out_}), &bias_md);
+    bww_.make(be, "matmul bwd_weights", transposed_md(in_, n_, op), plain_md({n_, out_}, op),
               plain_md({in_, out_}));
     if (dx)
-      bwd_.make(be, "matmul bwd_data", plain_md({n_, out_}), transposed_md(out_, in_),
+      bwd_.make(be, "matmul bwd_data", plain_md({n_, out_}, op), transposed_md(out_, in_, op),
                 plain_md({n_, in_}));
     be.register_op(this);
   }
   void bind() override {
-    fwd_.bind(be_, x_->data, weight->data, y->data, bias->data);
-    bww_.bind(be_, x_->data, dy->data, weight_grad->data);
-    if (dx_) bwd_.bind(be_, dy->data, weight->data, dx_->data);
+    // The operands the GEMMs read: the fp32 tensors, or their bf16 copies.
+    const void* x = bf16_.x ? bf16_.x->data : x_->data;
+    const void* w = bf16_.x ? bf16_.weight->data : weight->data;
+    const void* g = bf16_.x ? be_.op_scratch() : dy->data;
+    fwd_.bind(be_, x, w, y->data, bias->data);
+    bww_.bind(be_, x, g, weight_grad->data);
+    if (dx_) bwd_.bind(be_, g, w, dx_->data);
   }
-  void forward() override { fwd_.run(be_); }
+  void forward() override {
+    if (bf16_.x) bf16_.before_forward(be_, weight, x_);
+    fwd_.run(be_);
+  }
   void backward() override {
+    if (bf16_.x) Bf16Operands::before_backward(be_, dy);
     bww_.run(be_);
     column_sums(static_cast<const float*>(dy->data), n_, out_, static_cast<float*>(bias_grad->data));
     if (dx_) bwd_.run(be_);
@@ -81,6 +142,7 @@ class CpuLinearInOut final : public LinearOp, public CpuOp {
   CpuTensor* x_;
   CpuTensor* dx_;
   int64_t n_, in_, out_;
+  Bf16Operands bf16_;  // bf16 runs only
   MatmulCall fwd_, bww_, bwd_;
 };
 
@@ -97,18 +159,33 @@ class CpuLinearTied final : public LinearOp, public CpuOp {
     weight = w, weight_grad = wg;
     y = be.declare(name + ".y", {n, v}, plain_md({n, v}), TensorRole::activation);
     dy = be.declare(name + ".dy", {n, v}, plain_md({n, v}), TensorRole::activation_grad);
-    fwd_.make(be, "matmul fwd", plain_md({n, c}), transposed_md(c, v), plain_md({n, v}));
-    bww_.make(be, "matmul bwd_weights", transposed_md(v, n), plain_md({n, c}), plain_md({v, c}));
-    if (dx) bwd_.make(be, "matmul bwd_data", plain_md({n, v}), plain_md({v, c}), plain_md({n, c}));
+    const dt op = bf16_gemms(be) ? dt::bf16 : dt::f32;
+    if (op == dt::bf16) {
+      bf16_.declare(be, name, n, c, {v, c});
+      be.need_op_scratch(static_cast<size_t>(n * v) * sizeof(bf16_t));
+    }
+    fwd_.make(be, "matmul fwd", plain_md({n, c}, op), transposed_md(c, v, op), plain_md({n, v}));
+    bww_.make(be, "matmul bwd_weights", transposed_md(v, n, op), plain_md({n, c}, op),
+              plain_md({v, c}));
+    if (dx)
+      bwd_.make(be, "matmul bwd_data", plain_md({n, v}, op), plain_md({v, c}, op),
+                plain_md({n, c}));
     be.register_op(this);
   }
   void bind() override {
-    fwd_.bind(be_, x_->data, weight->data, y->data);
-    bww_.bind(be_, dy->data, x_->data, weight_grad->data);
-    if (dx_) bwd_.bind(be_, dy->data, weight->data, dx_->data);
+    const void* x = bf16_.x ? bf16_.x->data : x_->data;
+    const void* w = bf16_.x ? bf16_.weight->data : weight->data;
+    const void* g = bf16_.x ? be_.op_scratch() : dy->data;
+    fwd_.bind(be_, x, w, y->data);
+    bww_.bind(be_, g, x, weight_grad->data);
+    if (dx_) bwd_.bind(be_, g, w, dx_->data);
   }
-  void forward() override { fwd_.run(be_); }
+  void forward() override {
+    if (bf16_.x) bf16_.before_forward(be_, weight, x_);
+    fwd_.run(be_);
+  }
   void backward() override {
+    if (bf16_.x) Bf16Operands::before_backward(be_, dy);
     bww_.run(be_);
     if (dx_) bwd_.run(be_);
   }
@@ -117,6 +194,7 @@ class CpuLinearTied final : public LinearOp, public CpuOp {
   CpuBackend& be_;
   CpuTensor* x_;
   CpuTensor* dx_;
+  Bf16Operands bf16_;  // bf16 runs only
   MatmulCall fwd_, bww_, bwd_;
 };
 

@@ -2,9 +2,9 @@
 // the preset's shape where no key is given, the text source's 256-byte
 // vocabulary, the sequence length from the context, the classes from the
 // vocabulary, and every rule that refuses a run before it starts (a shape
-// that cannot be built, a ResNet given GPT-2 keys or token data, GPT-2 off
-// the CPU in another precision than fp32, clipping with per-layer updates or
-// CUDA graphs), and that a GPU takes it in every precision.
+// that cannot be built, a ResNet given GPT-2 keys or token data, bf16 on a
+// CPU without bf16 kernels, clipping with per-layer updates or CUDA graphs),
+// and that a GPU takes it in every precision and an AMX CPU in bf16.
 #include "catch2_compat.h"
 
 #include "helpers.h"
@@ -75,11 +75,20 @@ TEST_CASE("gpt2: shapes and pairings that cannot train are refused where they ar
   refused(kGpt2 + "[data]\naugment = [\"hflip\"]\n", "data.augment", "token windows");
   refused("name = \"r\"\n[model]\nlayers = 2\n", "model.layers", "a GPT-2 key");
   refused("name = \"r\"\n[data]\nsource = \"text\"\n", "data.source", "feeds a language model");
-  refused(kGpt2 + "[train]\nprecision = \"bf16\"\n", "train.precision", "trains in fp32");
+  // bf16 on the CPU as for ResNet: where oneDNN has bf16 kernels.
+  refused(kGpt2 + "[train]\nprecision = \"bf16\"\n", "train.precision", "bf16");
   refused("name = \"r\"\n[train]\nclip_grad_norm = 1.0\nper_layer_update = true\n",
           "train.clip_grad_norm", "not with train.per_layer_update");
   refused("name = \"r\"\n[train]\nclip_grad_norm = 1.0\ndevice = \"cuda:0\"\ncuda_graphs = true\n",
           "train.clip_grad_norm", "not with train.cuda_graphs", gpu_options());
+}
+
+TEST_CASE("gpt2 resolve: bf16 on a CPU with bf16 kernels", "[config][gpt2]") {
+  PlanOptions o = cpu_options();
+  o.cpu_bf16_kernels = "amx";
+  const json r = resolved(kGpt2 + "[train]\nprecision = \"bf16\"\n", o);
+  CHECK(r["train"]["device"] == "cpu");
+  CHECK(r["train"]["precision"] == "bf16");
 }
 
 TEST_CASE("gpt2 resolve: on a GPU in every precision, clipped on the device", "[config][gpt2]") {
