@@ -5,8 +5,10 @@
 // (wte's gradient added to, wpe's written), layer norm (dx written or added
 // to), the Conv1D layers, the tied output layer, causal self-attention, GELU,
 // the residual add, load_tokens with the loss over a vocabulary's width,
-// AdamW's weight decay left off biases and layer norms, and two whole
-// training steps of a small GPT-2 (engine/model/gpt2.h).
+// AdamW's weight decay left off biases and layer norms, clip_grad_norm (on
+// gradients written alike, accumulated, and a backward pass's own, half
+// mirror included), and two whole training steps of a small GPT-2
+// (engine/model/gpt2.h).
 //
 // test_cuda's main (cuda_main.cpp) runs none of this where no GPU can run
 // this build's kernels: CTest then reports every case as skipped.
@@ -32,6 +34,7 @@
 #include "catch2_compat.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -561,5 +564,217 @@ TEST_CASE("cuda gpt2: two AdamW training steps of a small GPT-2 match the CPU: l
     compare_backends("gpt2 step", p, op_threshold(p) * 10,
                      "2 layers, 2 heads, C64, V97, B2 T32, 2 AdamW steps",
                      [&](Backend& be) { return training_steps(be, scale); });
+  }
+}
+
+namespace {
+
+// ---- clip_grad_norm (train.clip_grad_norm) ----
+//
+// OptimizerOp::clip_grad_norm(limit, grad_scale): the L2 norm of every
+// gradient divided by grad_scale, in double; where it is above the limit,
+// every gradient times limit / (norm + 1e-6). The CPU engine's is the
+// default on host_gradients() (engine/backend.cpp); the CUDA engine's
+// (optimizer_op.cpp, optimizer.cu) sums squares of the fp32 part plus the
+// half-precision mirror per block and scales both parts on the device.
+
+constexpr float kClipGradScale = 4;  // the norm is that of g / 4
+
+// The L2 norm of g / grad_scale over all of `grads`, in double.
+double norm_of(const std::vector<std::vector<float>>& grads, float grad_scale) {
+  const double inv = 1.0 / grad_scale;
+  double sum = 0;
+  for (const auto& g : grads)
+    for (const float v : g) sum += (v * inv) * (v * inv);
+  return std::sqrt(sum);
+}
+
+// What clip_grad_norm must leave of g, given the norm of all of them.
+std::vector<float> clipped(std::vector<float> g, double norm, double limit) {
+  if (!(norm > limit)) return g;
+  const auto factor = static_cast<float>(limit / (norm + 1e-6));
+  for (float& v : g) v *= factor;
+  return g;
+}
+
+std::vector<float> joined(const std::vector<std::vector<float>>& parts) {
+  std::vector<float> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// The limits, as multiples of the norm: half of it (every gradient scaled
+// by about 1/2) and twice it (nothing changes). Either way a clip that took
+// the norm of g rather than g / 4 (4 times too large) scales by the wrong
+// factor: 1/8, and 1/2 where nothing should change.
+const std::vector<std::pair<double, std::string>> kClipLimits = {{0.5, "limit half the norm"},
+                                                                 {2.0, "limit twice the norm"}};
+
+// Every gradient of the small GPT-2 drawn in [-0.01, 0.01) and multiplied
+// by the gradient scale 4 (exact), written alike on every engine, then
+// clip_grad_norm(limit, 4): every gradient read back. With `accumulate`,
+// two micro-batches' gradients go through accumulate_begin / add / end and
+// the clipped sum is read through an SGD step (lr 1, no weight decay or
+// momentum, parameters from 0: each becomes -g / 4): the CUDA engine clips
+// its accumulation buffer, which the update reads and read() of a gradient
+// does not show. Each engine's result is also checked against the host's
+// clip of the values written (`precision` names the table's row).
+Outputs clip_written(Backend& be, bool accumulate, const std::string& precision) {
+  Gpt2 model(be, small_gpt2());
+  OptimizerSettings s;
+  s.name = "sgd";
+  s.weight_decay = 0;
+  s.momentum = 0;
+  auto opt = be.optimizer(s, accumulate);
+  be.allocate();
+  const std::string where = be.name() + (accumulate ? ", accumulated" : "");
+  uint32_t seed = 201;
+  const auto draw_gradients = [&] {
+    std::vector<std::vector<float>> gs;
+    for (const auto& e : model.state()) {
+      std::vector<float> g = random_floats(e.grad->numel(), seed++, -1e-2f, 1e-2f);
+      for (float& v : g) v *= kClipGradScale;
+      gs.push_back(std::move(g));
+    }
+    return gs;
+  };
+  const auto write_gradients = [&](const std::vector<std::vector<float>>& gs) {
+    for (size_t i = 0; i < gs.size(); ++i) be.write(model.state()[i].grad, gs[i]);
+  };
+  Outputs out;
+  for (const auto& [ratio, limit_name] : kClipLimits) {
+    std::vector<std::vector<float>> g = draw_gradients();
+    write_gradients(g);
+    if (accumulate) {
+      opt->accumulate_begin();
+      const std::vector<std::vector<float>> g2 = draw_gradients();
+      write_gradients(g2);
+      opt->accumulate_add();
+      opt->accumulate_end();
+      for (size_t i = 0; i < g.size(); ++i)
+        for (size_t j = 0; j < g[i].size(); ++j) g[i][j] += g2[i][j];  // as the engines add
+      for (const auto& e : model.state())
+        be.write(e.tensor, std::vector<float>(e.tensor->numel(), 0.0f));
+    }
+    const double norm = norm_of(g, kClipGradScale);
+    opt->clip_grad_norm(ratio * norm, kClipGradScale);
+    std::vector<std::vector<float>> got, want;
+    if (accumulate) {
+      opt->step({1.0, 1, kClipGradScale, false});
+      for (size_t i = 0; i < g.size(); ++i) {
+        got.push_back(read(be, model.state()[i].tensor));
+        std::vector<float> p = clipped(g[i], norm, ratio * norm);
+        for (float& v : p) v = -(v * (1.0f / kClipGradScale));
+        want.push_back(std::move(p));
+      }
+    } else {
+      for (size_t i = 0; i < g.size(); ++i) {
+        got.push_back(read(be, model.state()[i].grad));
+        want.push_back(clipped(g[i], norm, ratio * norm));
+      }
+    }
+    const std::string what =
+        (accumulate ? "every parameter after the step, " : "every gradient, ") + limit_name;
+    check_nmse(joined(got), joined(want), op_threshold("fp32"), "gpt2 clip", precision,
+               where + " against the host: " + what);
+    out[what] = joined(got);
+  }
+  return out;
+}
+
+// The small GPT-2's own gradients after a forward and backward pass, the
+// loss scaled by `scale`: in fp16/bf16 runs the CUDA engine's Conv1D and
+// output layers write their weight gradients to the half-precision mirror
+// (wte's split between both parts: the output layer's in the mirror, the
+// embedding's added to the fp32 part). Read, clipped with the same scale,
+// read again; each engine's clipped gradients checked against its own
+// unclipped ones clipped on the host, with `threshold`.
+Outputs clip_after_backward(Backend& be, float scale, double threshold,
+                            const std::string& precision) {
+  const Gpt2Spec spec = small_gpt2();
+  const int64_t n = spec.batch * spec.tokens, vocab = spec.shape.vocab;
+  Gpt2 model(be, spec);
+  auto loss = be.softmax_cross_entropy(model.logits(), model.dlogits());
+  OptimizerSettings s;
+  s.name = "sgd";
+  s.weight_decay = 0;
+  auto opt = be.optimizer(s, false);
+  be.allocate();
+  model.init_parameters(7);
+  std::mt19937 g(211);
+  std::vector<int32_t> ids(n), targets(n);
+  for (int64_t r = 0; r < n; ++r) {
+    ids[r] = static_cast<int32_t>(g() % vocab);
+    targets[r] = static_cast<int32_t>(g() % vocab);
+  }
+  be.load_tokens(ids.data(), targets.data(), static_cast<int>(spec.batch));
+  Outputs out;
+  for (const auto& [ratio, limit_name] : kClipLimits) {
+    // Each limit from fresh gradients: the pass writes every one of them.
+    model.forward(true);
+    loss->forward_backward(static_cast<int>(n), scale);
+    model.backward();
+    std::vector<std::vector<float>> before, after;
+    for (const auto& e : model.state()) before.push_back(read(be, e.grad));
+    const double norm = norm_of(before, scale);
+    opt->clip_grad_norm(ratio * norm, scale);
+    std::vector<std::vector<float>> want;
+    for (size_t i = 0; i < before.size(); ++i) {
+      after.push_back(read(be, model.state()[i].grad));
+      want.push_back(clipped(before[i], norm, ratio * norm));
+    }
+    const std::string what = "every gradient after a backward pass, " + limit_name;
+    check_nmse(joined(after), joined(want), threshold, "gpt2 clip", precision,
+               be.name() + " against its own gradients clipped on the host: " + what);
+    // Divided by the scale: fp16's differs from the others'.
+    std::vector<float> all = joined(after);
+    for (float& v : all) v /= scale;
+    out[what + ", divided by the scale"] = std::move(all);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cuda gpt2 clip_grad_norm: the norm of g over the gradient scale, gradients written "
+          "alike clipped to a limit below it and untouched above it, the accumulated sum too",
+          "[cuda][gpt2]") {
+  // Threshold fp32's per-op 1e-9 in every precision: the gradients written
+  // sit in the fp32 gradient region in all four (write() fills it, and the
+  // half mirror of fp16/bf16 runs holds zeros: no op wrote it), and the clip
+  // is fp32 and double arithmetic on them: the squares summed in double
+  // (only the order of the sum differs between the engines), the factor
+  // rounded to float once, each gradient multiplied by it once. The engines
+  // can then differ by an ulp of the factor (NMSE ~1e-14). The accumulated
+  // path adds two micro-batches in fp32 on both engines, and the SGD step
+  // multiplies by 1/4 (exact).
+  for (const std::string& p : precisions())
+    for (const bool accumulate : {false, true})
+      compare_backends("gpt2 clip", p, op_threshold("fp32"),
+                       std::string(accumulate ? "accumulated, " : "") +
+                           "2 layers, C64, V97, grad_scale 4",
+                       [&](Backend& be) { return clip_written(be, accumulate, p); });
+}
+
+TEST_CASE("cuda gpt2 clip_grad_norm after a backward pass: the half-precision gradient mirror is "
+          "scaled with the fp32 part",
+          "[cuda][gpt2]") {
+  // The gradients a backward pass leaves, in fp16/bf16 runs partly in the
+  // half mirror: each engine's clip checked against its own gradients
+  // clipped on the host. Thresholds: fp32's 1e-9 in fp32 and tf32 (no
+  // mirror: as the case above); in fp16 and bf16 the per-op ones, 1e-5 and
+  // 1e-4: the mirror's part is rounded to its storage again after the
+  // scaling (relative 2^-11 or 2^-8 at most, an NMSE below 2.4e-7 or 1.5e-5).
+  // Then the clipped gradients, divided by the scale, against the CPU's with
+  // the training-step case's chain thresholds (10x the per-op ones: the
+  // gradients themselves differ that much). The loss scale is 4, but 256 in
+  // fp16 (parity::kFp16LossScale, as the training-step case): small
+  // activation gradients stay in fp16's normal range.
+  for (const std::string& p : precisions()) {
+    const float scale = p == "fp16" ? parity::kFp16LossScale : kClipGradScale;
+    const double own = (p == "fp16" || p == "bf16") ? op_threshold(p) : op_threshold("fp32");
+    compare_backends("gpt2 clip", p, op_threshold(p) * 10,
+                     "2 layers, C64, V97, B2 T32, loss scale " + std::to_string(static_cast<int>(scale)),
+                     [&](Backend& be) { return clip_after_backward(be, scale, own, p); });
   }
 }
