@@ -3,7 +3,7 @@
 // expf, a Cody-Waite reduction by ln 2 and a degree-6 polynomial, within 2
 // ulp of the correctly rounded value over the range below (tested against
 // std::exp in double). Inputs below -87.3 give about 1e-38, not 0; above
-// 88.7, about 3e38: for softmax and GELU, whose arguments stay inside.
+// 88, about 1.65e38 (finite: 88.7 rounded to 2^128, infinity).
 #pragma once
 
 #include <bit>
@@ -13,7 +13,7 @@ namespace xrun::cpu {
 
 inline float exp_vectorizable(float x) {
   x = x < -87.3f ? -87.3f : x;
-  x = x > 88.7f ? 88.7f : x;
+  x = x > 88.0f ? 88.0f : x;
   // n = x / ln 2 rounded to nearest by adding and taking away 1.5 x 2^23
   // (floorf would keep GCC from vectorising the loop).
   constexpr float kRound = 12582912.0f;

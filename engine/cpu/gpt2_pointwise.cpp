@@ -13,18 +13,25 @@ namespace xrun::cpu {
 namespace {
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
+constexpr float kGeluExpMax = 80.0f;
+inline float gelu_exp_arg(float v) {
+  const float a = -2.0f * kGeluC * (v + kGeluA * v * v * v);
+  return a < kGeluExpMax ? a : kGeluExpMax;
+}
 }  // namespace
 
 // With s = 1 / (1 + exp(-2u)), u = sqrt(2 / pi) (x + 0.044715 x^3): 1 +
 // tanh(u) = 2s and 1 - tanh(u)^2 = 4 s (1 - s), so GELU is x s and its slope
 // s + 2 x s (1 - s) du/dx, 1 - s taken as e s (e = exp(-2u)): one vectorised exp per element (fast_exp.h), and
-// no cancellation where tanh(u) is near -1.
+// no cancellation where tanh(u) is near -1. The exp's argument is held at
+// kGeluExpMax (x below about -9.4): e s stays at most 1, so the slope of a
+// large negative input is its tiny finite value, not inf x 0 = NaN.
 XRUN_VECTOR_CLONES
 void gelu_tanh_forward(const float* x, int64_t n, float* y) {
 #pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
-    const float s = 1.0f / (1.0f + exp_vectorizable(-2.0f * kGeluC * (v + kGeluA * v * v * v)));
+    const float s = 1.0f / (1.0f + exp_vectorizable(gelu_exp_arg(v)));
     y[i] = v * s;
   }
 }
@@ -34,10 +41,10 @@ void gelu_tanh_backward(const float* x, const float* dy, int64_t n, float* dx) {
 #pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
-    const float e = exp_vectorizable(-2.0f * kGeluC * (v + kGeluA * v * v * v));
+    const float e = exp_vectorizable(gelu_exp_arg(v));
     const float s = 1.0f / (1.0f + e);  // and 1 - s = e s, without cancellation
     const float du = kGeluC * (1.0f + 3.0f * kGeluA * v * v);
-    dx[i] = dy[i] * (s + 2.0f * v * e * s * s * du);
+    dx[i] = dy[i] * (s + (2.0f * v * du) * (e * s) * s);
   }
 }
 

@@ -173,10 +173,15 @@ CudaTensor* CudaBackend::declare_activation(const std::string& name, std::vector
             : act_ == DataType::f16 ? xrun::DType::f16
                                     : xrun::DType::bf16;
   t.c_pad = std::max(c, c_pad);
-  CUDNN_CHECK(cudnnCreateTensorDescriptor(&t.desc));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(t.desc, CUDNN_TENSOR_NHWC, cudnn_type(),
-                                         static_cast<int>(n), static_cast<int>(t.c_pad),
-                                         static_cast<int>(h), static_cast<int>(w)));
+  // A cuDNN descriptor for the [N, C, H, W] activations cuDNN's ops read;
+  // none for [rows, C] (pooled features, GPT-2's rows, whose logits may
+  // pass the 2^31 elements cudnnSetTensor4dDescriptor takes).
+  if (t.dims.size() == 4) {
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&t.desc));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(t.desc, CUDNN_TENSOR_NHWC, cudnn_type(),
+                                           static_cast<int>(n), static_cast<int>(t.c_pad),
+                                           static_cast<int>(h), static_cast<int>(w)));
+  }
   t.bytes = static_cast<size_t>(t.stored_elements()) * element_size(act_);
   t.offset = plan_.place(role, t.bytes);
   return &t;

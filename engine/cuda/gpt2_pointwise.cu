@@ -13,15 +13,21 @@ namespace {
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 
+__device__ __forceinline__ float gelu_exp_arg(float v) {
+  return fminf(-2.0f * kGeluC * (v + kGeluA * v * v * v), 80.0f);
+}
+
 // GELU(x) = x s with s = 1 / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3)
 // (= (1 + tanh u) / 2); its slope s + 2 x e s^2 du/dx with e = exp(-2u), the
 // CPU kernel's form (engine/cpu/gpt2_pointwise.cpp): 1 - s = e s, no
-// cancellation where tanh u is near -1.
+// cancellation where tanh u is near -1; the exp's argument held at 80 (x
+// below about -9.4), so e s stays at most 1 and a large negative input's
+// slope is finite, not inf x 0 = NaN.
 template <class T>
 __global__ void gelu_kernel(const T* x, T* y, int64_t count) {
   XRUN_GRID_LOOP(i, count) {
     const float v = to_float(x[i]);
-    const float s = 1.0f / (1.0f + expf(-2.0f * kGeluC * (v + kGeluA * v * v * v)));
+    const float s = 1.0f / (1.0f + expf(gelu_exp_arg(v)));
     y[i] = from_float<T>(v * s);
   }
 }
@@ -30,10 +36,10 @@ template <class T>
 __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t count) {
   XRUN_GRID_LOOP(i, count) {
     const float v = to_float(x[i]);
-    const float e = expf(-2.0f * kGeluC * (v + kGeluA * v * v * v));
+    const float e = expf(gelu_exp_arg(v));
     const float s = 1.0f / (1.0f + e);
     const float du = kGeluC * (1.0f + 3.0f * kGeluA * v * v);
-    dx[i] = from_float<T>(to_float(dy[i]) * (s + 2.0f * v * e * s * s * du));
+    dx[i] = from_float<T>(to_float(dy[i]) * (s + (2.0f * v * du) * (e * s) * s));
   }
 }
 

@@ -173,7 +173,7 @@ void accumulate_gradients(float* acc, const GradientSource& g, int64_t count, bo
 
 // torch.nn.utils.clip_grad_norm_'s rule on g = g32 + g16 (either may be
 // null): the L2 norm of g inv_scale (in double, summed in a fixed order
-// through `partials`, kClipBlocks doubles of device memory) and, where it is
+// through `partials`, kClipBlocks + 1 doubles of device memory) and, where it is
 // above `limit`, both parts scaled by limit / (norm + 1e-6). No host
 // synchronisation.
 constexpr int kClipBlocks = 512;

@@ -94,16 +94,22 @@ __global__ void sum_squares_kernel(const float* g32, const H* g16, int64_t count
   if (threadIdx.x == 0) partials[blockIdx.x] = part[0];
 }
 
-// Every block sums the partials in order (the same norm everywhere), and
-// where it is above the limit scales both gradient parts.
-template <class H>
-__global__ void clip_kernel(float* g32, H* g16, int64_t count, const double* partials,
-                            int blocks, double limit) {
+// One thread sums the partials in order and leaves the factor in
+// partials[blocks]: limit / (norm + 1e-6) where the norm is above the limit,
+// else 1 (a NaN norm too: left to the inf/NaN check).
+__global__ void clip_factor_kernel(double* partials, int blocks, double limit) {
   double sum = 0;
   for (int b = 0; b < blocks; ++b) sum += partials[b];
   const double norm = sqrt(sum);
-  if (!(norm > limit)) return;  // a NaN norm is left to the inf/NaN check
-  const float factor = static_cast<float>(limit / (norm + 1e-6));
+  partials[blocks] = norm > limit ? limit / (norm + 1e-6) : 1.0;
+}
+
+// Both gradient parts scaled by the factor, where it is not 1.
+template <class H>
+__global__ void clip_kernel(float* g32, H* g16, int64_t count, const double* factor_at) {
+  const double f = *factor_at;
+  if (f == 1.0) return;
+  const float factor = static_cast<float>(f);
   XRUN_GRID_LOOP(i, count) {
     if (g32) g32[i] *= factor;
     if (g16) g16[i] = from_float<H>(to_float(g16[i]) * factor);
@@ -171,8 +177,10 @@ void clip_grad_norm(float* g32, void* g16, DataType half_type, int64_t count, fl
     sum_squares_kernel<H><<<kClipBlocks, kThreads, 0, stream>>>(
         g32, static_cast<const H*>(g16), count, inv_scale, partials);
     XRUN_CHECK_LAUNCH();
+    clip_factor_kernel<<<1, 1, 0, stream>>>(partials, kClipBlocks, limit);
+    XRUN_CHECK_LAUNCH();
     clip_kernel<H><<<blocks_for(count), kThreads, 0, stream>>>(g32, static_cast<H*>(g16), count,
-                                                               partials, kClipBlocks, limit);
+                                                               partials + kClipBlocks);
     XRUN_CHECK_LAUNCH();
   });
 }

@@ -26,8 +26,8 @@ class CudaOptimizer final : public OptimizerOp {
     for (const std::string& state : state_names()) be.declare_mirror(state);
     if (accumulation) be.declare_mirror("grad_accum");
     found_inf_ = be.declare_buffer("optimizer.found_inf", {1}, sizeof(int), TensorRole::workspace);
-    clip_partials_ = be.declare_buffer("optimizer.clip_partials", {kClipBlocks},
-                                       kClipBlocks * sizeof(double), TensorRole::workspace);
+    clip_partials_ = be.declare_buffer("optimizer.clip_partials", {kClipBlocks + 1},
+                                       (kClipBlocks + 1) * sizeof(double), TensorRole::workspace);
     // [0]: the step's values; [1]: the same without weight decay.
     args_ = be.declare_buffer("optimizer.args", {2}, 2 * sizeof(Args), TensorRole::workspace);
   }
@@ -97,6 +97,14 @@ class CudaOptimizer final : public OptimizerOp {
       pos = end;
     }
     if (pos < n) update(g, pos, n - pos, 0, flag);
+    // A folded step left its sums in the fp32 region, which the next step's
+    // GEMMs do not overwrite (they write the half mirror): cleared, or the
+    // next update would read them again.
+    if (folded_) {
+      CUDA_CHECK(cudaMemsetAsync(be_.region(TensorRole::gradient), 0,
+                                 static_cast<size_t>(n) * sizeof(float), be_.stream()));
+      folded_ = false;
+    }
   }
 
   // On the gradients apply() would read now (this micro-batch's fp32 part
@@ -155,6 +163,7 @@ class CudaOptimizer final : public OptimizerOp {
     g.g16 = g16;
     accumulate_gradients(g32, g, static_cast<int64_t>(end - begin), /*first=*/true, be_.stream());
     CUDA_CHECK(cudaMemsetAsync(g16, 0, (end - begin) * 2, be_.stream()));
+    folded_ = true;
   }
 
   void read_state(int which, const Tensor* param, std::span<float> canonical) override {
@@ -246,6 +255,7 @@ class CudaOptimizer final : public OptimizerOp {
   bool momentum_started_ = false;
   bool first_pending_ = false;
   bool from_sum_ = false;  // accumulate_end .. apply: the step reads grad_accum
+  bool folded_ = false;    // fold_half_gradients .. apply: the fp32 region holds sums
 };
 
 }  // namespace

@@ -309,8 +309,13 @@ TEST_CASE("cuda gpt2 GELU, tanh form: forward and backward", "[cuda][gpt2]") {
         Rows in = rows_of(be, s.batch, s.tokens, s.width);
         auto gelu = be.gelu("transformer.h.0.mlp.act", in.x, in.dx);
         be.allocate();
-        // [-5, 5): both tails, where tanh saturates.
-        be.write(in.x, draw(in.x->numel(), 51, -5, 5, p));
+        // [-5, 5): both tails, where tanh saturates; and every 16th value
+        // out to [-30, 30): exp(-2u) passes float's range below about -10.1
+        // (the slope must stay finite there, not inf x 0).
+        std::vector<float> x = draw(in.x->numel(), 51, -5, 5, p);
+        const std::vector<float> far = draw(in.x->numel(), 54, -30, 30, p);
+        for (size_t i = 0; i < x.size(); i += 16) x[i] = far[i];
+        be.write(in.x, x);
         be.write(gelu->dy, draw(gelu->dy->numel(), 52, -1, 1, p));
         be.write(in.dx, draw(in.dx->numel(), 53, -3, 3, p));  // must be overwritten
         gelu->forward();

@@ -1,7 +1,8 @@
 // tests/engine/gpt2_pointwise_test.cpp: GPT-2's GELU (tanh form) and token
 // + position embedding kernels on the CPU (engine/cpu/gpt2_pointwise.h):
 // GELU against the float64 formula and its gradient against central
-// differences of it; the embedding's rows exactly wte[token] + wpe[t]; its
+// differences of it, out to inputs of -30 and 30 (where exp(-2u) passes
+// float's range); the embedding's rows exactly wte[token] + wpe[t]; its
 // backward pass adding into the tables (repeated tokens summed, what was
 // there kept) as float64 sums say.
 #include "catch2_compat.h"
@@ -31,8 +32,10 @@ std::vector<float> values(const std::string& name, int64_t n, double scale) {
 
 TEST_CASE("gelu (tanh form): float64's values, its derivative by central differences",
           "[gpt2_pointwise]") {
-  const std::vector<float> x = values("gelu.x", 4001, 6.0);  // [-6, 6)
-  const std::vector<float> dy = values("gelu.dy", 4001, 1.0);
+  std::vector<float> x = values("gelu.x", 4001, 6.0);  // [-6, 6)
+  for (const float far : {-30.0f, -12.0f, -10.25f, -10.0f, -9.5f, 9.5f, 12.0f, 30.0f})
+    x.push_back(far);  // exp(-2u) overflows float below about -10.1
+  const std::vector<float> dy = values("gelu.dy", static_cast<int64_t>(x.size()), 1.0);
   std::vector<float> y(x.size()), dx(x.size());
   cpu::gelu_tanh_forward(x.data(), static_cast<int64_t>(x.size()), y.data());
   cpu::gelu_tanh_backward(x.data(), dy.data(), static_cast<int64_t>(x.size()), dx.data());

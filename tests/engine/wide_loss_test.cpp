@@ -29,6 +29,9 @@ TEST_CASE("exp_vectorizable: within 2 ulp of exp over [-87, 88]", "[fast_exp]") 
   const float tiny = cpu::exp_vectorizable(-1000.0f);  // clamped: not NaN, not negative
   CHECK(tiny >= 0.0f);
   CHECK(tiny < 1e-37f);
+  const float huge = cpu::exp_vectorizable(1000.0f);  // clamped: finite
+  CHECK(std::isfinite(huge));
+  CHECK(huge > 1e38f);
 }
 
 TEST_CASE("cpu loss: rows of a vocabulary's width meet a double softmax", "[fast_exp][loss]") {
