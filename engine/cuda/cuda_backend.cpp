@@ -50,7 +50,7 @@ CudaTensor::~CudaTensor() {
 }
 
 int64_t CudaTensor::stored_elements() const {
-  if (layout == Layout::plain) return numel();
+  if (layout == Layout::plain) return numel() + pad_rows * (dims.size() > 1 ? dims[1] : 1);
   const int64_t c = dims.size() > 1 ? dims[1] : 1;
   return numel() / c * c_pad;
 }
@@ -190,7 +190,8 @@ CudaTensor* CudaBackend::declare_activation(const std::string& name, std::vector
 std::pair<CudaTensor*, CudaTensor*> CudaBackend::declare_parameter(const std::string& name,
                                                                    std::vector<int64_t> dims,
                                                                    Layout layout, int64_t c_pad,
-                                                                   bool compute_copy) {
+                                                                   bool compute_copy,
+                                                                   int64_t pad_rows) {
   CudaTensor* pair[2];
   for (int i = 0; i < 2; ++i) {
     const TensorRole role = i == 0 ? TensorRole::parameter : TensorRole::gradient;
@@ -198,6 +199,7 @@ std::pair<CudaTensor*, CudaTensor*> CudaBackend::declare_parameter(const std::st
     t.layout = layout;
     t.storage = DataType::f32;
     t.c_pad = layout == Layout::krsc ? std::max(c_pad, t.dims[1]) : 0;
+    t.pad_rows = layout == Layout::plain ? pad_rows : 0;
     if (layout == Layout::krsc) {
       CUDNN_CHECK(cudnnCreateFilterDescriptor(&t.filter));
       CUDNN_CHECK(cudnnSetFilter4dDescriptor(

@@ -42,13 +42,14 @@ struct CudaTensor : Tensor {
   Layout layout = Layout::plain;
   DataType storage = DataType::f32;
   int64_t c_pad = 0;                          // stored channels (nhwc, krsc)
+  int64_t pad_rows = 0;  // plain matrices: zero rows stored after the last (GPT-2's wte)
   cudnnTensorDescriptor_t desc = nullptr;     // nhwc activations
   cudnnFilterDescriptor_t filter = nullptr;   // krsc weights, in the compute type
   bool has_half = false;         // fp16/bf16 runs: a conv/fc weight with half mirrors
   void* half_weights = nullptr;  // parameters: the compute copy (fp16/bf16)
   void* half_grad = nullptr;     // their gradients: where cuDNN and cuBLAS write them
   ~CudaTensor() override;
-  int64_t stored_elements() const;  // with channel padding
+  int64_t stored_elements() const;  // with channel (or row) padding
 };
 
 inline CudaTensor* as_cuda(Tensor* t) { return static_cast<CudaTensor*>(t); }
@@ -156,10 +157,13 @@ class CudaBackend final : public Backend, public DeviceHooks {
   CudaTensor* declare_activation(const std::string& name, std::vector<int64_t> dims,
                                  int64_t c_pad, TensorRole role);
   // Declares a parameter (fp32 master, and its half copy in fp16/bf16 runs
-  // when `compute_copy`) and its gradient at the same offsets.
+  // when `compute_copy`) and its gradient at the same offsets; a plain
+  // matrix may keep `pad_rows` zero rows after its last (never written by
+  // write(), never read by read(); their gradients must stay zero).
   std::pair<CudaTensor*, CudaTensor*> declare_parameter(const std::string& name,
                                                         std::vector<int64_t> dims, Layout layout,
-                                                        int64_t c_pad, bool compute_copy);
+                                                        int64_t c_pad, bool compute_copy,
+                                                        int64_t pad_rows = 0);
   CudaTensor* declare_buffer(const std::string& name, std::vector<int64_t> dims, size_t bytes,
                              TensorRole role, DataType storage = DataType::f32);
   // The shared workspace for cuDNN and cuBLAS calls (the largest any op needs).

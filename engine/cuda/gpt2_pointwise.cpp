@@ -1,7 +1,10 @@
 // engine/cuda/gpt2_pointwise.cpp: GPT-2's parameter-free and table ops on the
 // device around gpt2_pointwise.cu: the token + position embedding (its
 // tables fp32; wte has a half copy in fp16/bf16 runs, for the tied output
-// layer's GEMM), GELU and the residual sum.
+// layer's GEMM; its rows padded to a multiple of 64, zero, as llm.c pads
+// 50257 to 50304, so the tied layer's GEMMs get aligned leading
+// dimensions; checkpoints and read()/write() see the V rows), GELU and the
+// residual sum.
 #include <stdexcept>
 
 #include "engine/cuda/cuda_backend.h"
@@ -9,6 +12,8 @@
 namespace xrun::cuda {
 
 namespace {
+
+constexpr int64_t kVocabAlign = 64;
 
 void check_rows(const std::string& name, const CudaTensor* x) {
   if (x->dims.size() != 2 || x->layout != Layout::nhwc || x->c_pad != x->dims[1])
@@ -26,7 +31,9 @@ class CudaEmbedding final : public EmbeddingOp {
     rows_ = tokens->dims[0] * t_;
     if (t_ > context) throw std::logic_error("embedding: rows longer than the context");
     // wte: the tied output layer's GEMM reads its half copy.
-    auto [e, eg] = be.declare_parameter(wte_name + ".weight", {vocab, width}, Layout::plain, 0, true);
+    const int64_t padded = (vocab + kVocabAlign - 1) / kVocabAlign * kVocabAlign;
+    auto [e, eg] = be.declare_parameter(wte_name + ".weight", {vocab, width}, Layout::plain, 0,
+                                        true, padded - vocab);
     auto [p, pg] = be.declare_parameter(wpe_name + ".weight", {context, width}, Layout::plain, 0,
                                         false);
     wte = e, wte_grad = eg, wpe = p, wpe_grad = pg;

@@ -59,9 +59,14 @@ void relu_backward(const void* y, const void* dy, void* dx, DataType dt, int64_t
 void add_bias(void* y, DataType dt, const float* bias, int64_t rows, int64_t cols,
               cudaStream_t stream);
 // db[c] = sum_r dy[r, c] (into fp32, overwriting): 32 columns a block, the
-// rows split over 8 warps and summed in a fixed order (deterministic)
+// rows split over 8 warps and summed in a fixed order (deterministic). With
+// `partials` (column_chunks(rows) x cols floats of device scratch) the rows
+// are cut into chunks summed by blocks of their own, then the chunks in
+// order: many blocks where rows are many and columns few (GPT-2's biases).
 void bias_grad(const void* dy, DataType dt, float* db, int64_t rows, int64_t cols,
-               cudaStream_t stream);
+               float* partials, cudaStream_t stream);
+// The row chunks of a chunked column sum: rows / 512, within [1, 64].
+int64_t column_chunks(int64_t rows);
 // Global average pooling over H*W of NHWC x -> [N, C]; and its backward.
 void global_avg_pool(const void* x, void* y, DataType dt, int64_t n, int64_t hw, int64_t c,
                      cudaStream_t stream);
@@ -78,11 +83,12 @@ void layer_norm_forward(const void* x, DataType dt, const float* gamma, const fl
                         int64_t rows, int64_t c, float eps, void* y, float* mean, float* rstd,
                         cudaStream_t stream);
 // dx written (or added to, with add_to_dx); dgamma and dbeta written, summed
-// over the rows in a fixed order.
+// over the rows in a fixed order: in chunks of rows where `partials` is
+// given (2 x column_chunks(rows) x c floats of device scratch).
 void layer_norm_backward(const void* dy, const void* x, DataType dt, const float* gamma,
                          const float* mean, const float* rstd, int64_t rows, int64_t c,
                          void* dx, bool add_to_dx, float* dgamma, float* dbeta,
-                         cudaStream_t stream);
+                         float* partials, cudaStream_t stream);
 
 // Causal self-attention pieces around cuBLAS's batched GEMMs (attention.cu).
 // qkv [B, T, 3C] (q, k, v, each H heads of hs = C / H) <-> q, k, v
@@ -130,12 +136,15 @@ struct LossTotals {
   unsigned long long rows;
   unsigned int bad_label;
 };
-// Softmax cross-entropy over [rows, classes] logits; rows >= valid are
-// ignored (and get zero gradient). With backward, dlogits = (softmax -
-// onehot) * *grad_scale / valid (grad_scale in device memory).
+// Softmax cross-entropy over [rows, classes] logits stored `ld` to a row
+// (ld >= classes: GPT-2's padded vocabulary); rows >= valid are ignored
+// (and get zero gradient, as do a bad label's row and the columns from
+// classes to ld). With backward, dlogits = (softmax - onehot) *
+// *grad_scale / valid (grad_scale in device memory).
 void softmax_cross_entropy(const void* logits, void* dlogits, DataType dt, const int32_t* labels,
-                           int64_t rows, int64_t valid, int64_t classes, const float* grad_scale,
-                           bool backward, LossTotals* totals, cudaStream_t stream);
+                           int64_t rows, int64_t valid, int64_t classes, int64_t ld,
+                           const float* grad_scale, bool backward, LossTotals* totals,
+                           cudaStream_t stream);
 
 // ---- optimizer (optimizer.cu) -------------------------------------------------
 // Gradients of a parameter arrive in one of two regions: fp32 (batch norm,

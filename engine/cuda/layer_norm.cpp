@@ -28,6 +28,7 @@ class CudaLayerNorm final : public LayerNormOp {
     const size_t stat_bytes = static_cast<size_t>(rows_) * sizeof(float);
     mean_ = be.declare_buffer(name + ".mean", {rows_}, stat_bytes, TensorRole::activation);
     rstd_ = be.declare_buffer(name + ".rstd", {rows_}, stat_bytes, TensorRole::activation);
+    be.need_scratch(static_cast<size_t>(2 * column_chunks(rows_) * c_) * sizeof(float));
   }
 
   void forward() override {
@@ -38,7 +39,7 @@ class CudaLayerNorm final : public LayerNormOp {
     if (!dx_) throw std::logic_error("layer norm: backward without dx");
     layer_norm_backward(dy->data, x_->data, be_.activation_type(), f(gamma), f(mean_), f(rstd_),
                         rows_, c_, dx_->data, add_to_dx_, f(gamma_grad), f(beta_grad),
-                        be_.stream());
+                        static_cast<float*>(be_.scratch()), be_.stream());
   }
 
  private:

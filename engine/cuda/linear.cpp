@@ -45,7 +45,7 @@ class CudaLinear final : public LinearOp {
                               i(out_), &zero, weight_gradient(), be_.gemm_type(), i(in_),
                               be_.gemm_compute(), CUBLAS_GEMM_DEFAULT));
     cuda::bias_grad(dy->data, be_.activation_type(), static_cast<float*>(bias_grad->data), n_, out_,
-              be_.stream());
+                    nullptr, be_.stream());
     if (!dx_) return;
     // dX[N, I] = dY W
     CUBLAS_CHECK(cublasGemmEx(be_.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, i(in_), i(n_), i(out_), &one,

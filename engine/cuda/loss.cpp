@@ -1,6 +1,7 @@
 // engine/cuda/loss.cpp: the softmax cross-entropy op around loss.cu's fused
 // kernel. Totals stay on the device until read_results(), which copies them
 // back (the only synchronisation the loss asks for) and clears them.
+#include <algorithm>
 #include <stdexcept>
 
 #include "engine/cuda/cuda_backend.h"
@@ -42,9 +43,10 @@ class CudaLoss final : public LossOp {
  private:
   void run(int valid, bool backward) {
     const int64_t n = logits_->dims[0], k = logits_->dims[1];
+    const int64_t ld = std::max(k, logits_->c_pad);  // stored columns a row
     if (valid < 0 || valid > n) throw std::invalid_argument("loss: valid rows out of range");
     softmax_cross_entropy(logits_->data, dlogits_->data, be_.activation_type(),
-                          static_cast<const int32_t*>(labels->data), n, valid, k,
+                          static_cast<const int32_t*>(labels->data), n, valid, k, ld,
                           static_cast<const float*>(grad_scale_->data), backward,
                           static_cast<LossTotals*>(totals_->data), be_.stream());
   }

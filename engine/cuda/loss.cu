@@ -50,19 +50,16 @@ __device__ float block_sum(float value) {
 
 template <class T>
 __global__ void softmax_ce_kernel(const T* logits, T* dlogits, const int32_t* labels,
-                                  int64_t valid, int64_t classes, const float* grad_scale,
-                                  bool backward, LossTotals* totals) {
+                                  int64_t valid, int64_t classes, int64_t ld,
+                                  const float* grad_scale, bool backward, LossTotals* totals) {
   const int64_t row = blockIdx.x;
-  const T* z = logits + row * classes;
-  T* dz = dlogits + row * classes;
-  if (row >= valid) {
+  const T* z = logits + row * ld;
+  T* dz = dlogits + row * ld;
+  const int label = row < valid ? labels[row] : -1;
+  if (row >= valid || label < 0 || label >= classes) {
+    if (row < valid && threadIdx.x == 0) atomicAdd(&totals->bad_label, 1u);
     if (backward)
-      for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) dz[j] = from_float<T>(0.0f);
-    return;
-  }
-  const int label = labels[row];
-  if (label < 0 || label >= classes) {
-    if (threadIdx.x == 0) atomicAdd(&totals->bad_label, 1u);
+      for (int64_t j = threadIdx.x; j < ld; j += blockDim.x) dz[j] = from_float<T>(0.0f);
     return;
   }
   float mx = -INFINITY;
@@ -87,19 +84,20 @@ __global__ void softmax_ce_kernel(const T* logits, T* dlogits, const int32_t* la
       const float p = __expf(to_float(z[j]) - lse);
       dz[j] = from_float<T>((p - (j == label ? 1.0f : 0.0f)) * scale);
     }
+    for (int64_t j = classes + threadIdx.x; j < ld; j += blockDim.x) dz[j] = from_float<T>(0.0f);
   }
 }
 
 }  // namespace
 
 void softmax_cross_entropy(const void* logits, void* dlogits, DataType dt, const int32_t* labels,
-                           int64_t rows, int64_t valid, int64_t classes,
+                           int64_t rows, int64_t valid, int64_t classes, int64_t ld,
                            const float* grad_scale, bool backward, LossTotals* totals,
                            cudaStream_t stream) {
   dispatch(dt, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     softmax_ce_kernel<T><<<static_cast<unsigned>(rows), kLossThreads, 0, stream>>>(
-        static_cast<const T*>(logits), static_cast<T*>(dlogits), labels, valid, classes,
+        static_cast<const T*>(logits), static_cast<T*>(dlogits), labels, valid, classes, ld,
         grad_scale, backward, totals);
     XRUN_CHECK_LAUNCH();
   });

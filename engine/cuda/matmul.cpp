@@ -55,6 +55,7 @@ class CudaLinearInOut final : public LinearOp {
     y = be.declare_activation(name + ".y", {rows_, out}, out, TensorRole::activation);
     dy = be.declare_activation(name + ".dy", {rows_, out}, out, TensorRole::activation_grad);
     be.need_workspace(size_t{32} << 20);  // cuBLAS on Hopper wants 32 MiB
+    be.need_scratch(static_cast<size_t>(column_chunks(rows_) * out) * sizeof(float));  // bias_grad
   }
 
   void forward() override {
@@ -69,8 +70,8 @@ class CudaLinearInOut final : public LinearOp {
     // dW^T [O, I] = dy^T [O, rows] x [rows, I]
     gemm(be_, CUBLAS_OP_N, CUBLAS_OP_T, out_, in_, rows_, dy->data, out_, x_->data, in_,
          gemm_weight_grad(weight_grad), out_);
-    cuda::bias_grad(dy->data, be_.activation_type(), static_cast<float*>(bias_grad->data), rows_, out_,
-              be_.stream());
+    cuda::bias_grad(dy->data, be_.activation_type(), static_cast<float*>(bias_grad->data), rows_,
+                    out_, static_cast<float*>(be_.scratch()), be_.stream());
     if (!dx_) return;
     // dx^T [I, rows] = W [I, O] dy^T [O, rows]
     gemm(be_, CUBLAS_OP_T, CUBLAS_OP_N, in_, rows_, out_, gemm_weights(weight), out_, dy->data,
@@ -85,6 +86,10 @@ class CudaLinearInOut final : public LinearOp {
 };
 
 // y[rows, V] = x[rows, C] wte[V, C]^T, no bias; wte's gradient written.
+// wte is stored with its rows padded to Vp (zero; gpt2_pointwise.cpp) and
+// the GEMMs run over all Vp: y and dy are [rows, V] stored with Vp columns
+// (c_pad), the loss writing zero gradients into the padded ones, so the
+// padded rows' gradient stays zero.
 class CudaLinearTied final : public LinearOp {
  public:
   CudaLinearTied(CudaBackend& be, const std::string& name, CudaTensor* x, CudaTensor* dx,
@@ -95,10 +100,12 @@ class CudaLinearTied final : public LinearOp {
       throw std::logic_error(name + ": the tied weight is not [V, C] for this input");
     if (!w->has_half && be.half())
       throw std::logic_error(name + ": the tied weight has no half copy for the GEMM");
-    rows_ = x->dims[0], c_ = x->dims[1], v_ = w->dims[0];
+    rows_ = x->dims[0], c_ = x->dims[1];
+    const int64_t vocab = w->dims[0];
+    v_ = vocab + w->pad_rows;  // the GEMMs' V: the stored rows
     weight = w, weight_grad = wg;
-    y = be.declare_activation(name + ".y", {rows_, v_}, v_, TensorRole::activation);
-    dy = be.declare_activation(name + ".dy", {rows_, v_}, v_, TensorRole::activation_grad);
+    y = be.declare_activation(name + ".y", {rows_, vocab}, v_, TensorRole::activation);
+    dy = be.declare_activation(name + ".dy", {rows_, vocab}, v_, TensorRole::activation_grad);
     be.need_workspace(size_t{32} << 20);
   }
 
@@ -126,7 +133,7 @@ class CudaLinearTied final : public LinearOp {
   CudaBackend& be_;
   CudaTensor* x_;
   CudaTensor* dx_;
-  int64_t rows_ = 0, c_ = 0, v_ = 0;
+  int64_t rows_ = 0, c_ = 0, v_ = 0;  // v_: the padded vocabulary Vp
 };
 
 }  // namespace

@@ -232,6 +232,7 @@ class CudaOptimizer final : public OptimizerOp {
     v.layout = p->layout;
     v.storage = DataType::f32;
     v.c_pad = p->c_pad;
+    v.pad_rows = p->pad_rows;
     v.bytes = p->bytes;
     v.role = TensorRole::state;
     v.data = reinterpret_cast<char*>(be_.mirror_region(state_names().at(which))) + p->offset;

@@ -35,21 +35,34 @@ __global__ void add_bias_kernel(T* y, const float* bias, int64_t rows, int64_t c
   XRUN_GRID_LOOP(i, rows * cols) y[i] = from_float<T>(to_float(y[i]) + bias[i % cols]);
 }
 
-// 32 columns a block (one per lane, reads coalesced), each of the 8 warps
-// summing every 8th row; then the warps' sums in order: the same bits
-// every run.
+// 32 columns a block (one per lane, reads coalesced) over one chunk of
+// rows (blockIdx.y), each of the 8 warps summing every 8th row of it; then
+// the warps' sums in order into out[chunk, c]: the same bits every run.
 template <class T>
-__global__ void bias_grad_kernel(const T* dy, float* db, int64_t rows, int64_t cols) {
+__global__ void column_chunk_kernel(const T* dy, int64_t rows, int64_t cols,
+                                    int64_t rows_per_chunk, float* out) {
   __shared__ float part[8][33];
   const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  const int64_t r0 = blockIdx.y * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
   float sum = 0.0f;
   if (c < cols)
-    for (int64_t r = threadIdx.y; r < rows; r += 8) sum += to_float(dy[r * cols + c]);
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) sum += to_float(dy[r * cols + c]);
   part[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
     float total = 0.0f;
     for (int w = 0; w < 8; ++w) total += part[w][threadIdx.x];
+    out[blockIdx.y * cols + c] = total;
+  }
+}
+
+// db[c] = the chunks' sums of column c, in order.
+__global__ void sum_chunks_kernel(const float* partials, int64_t chunks, int64_t cols,
+                                  float* db) {
+  XRUN_GRID_LOOP(c, cols) {
+    float total = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k) total += partials[k * cols + c];
     db[c] = total;
   }
 }
@@ -98,14 +111,26 @@ void add_bias(void* y, DataType dt, const float* bias, int64_t rows, int64_t col
   XRUN_LAUNCH(add_bias_kernel, rows * cols, static_cast<T*>(y), bias, rows, cols);
 }
 
+int64_t column_chunks(int64_t rows) {
+  const int64_t chunks = rows / 512;
+  return chunks < 1 ? 1 : chunks > 64 ? 64 : chunks;
+}
+
 void bias_grad(const void* dy, DataType dt, float* db, int64_t rows, int64_t cols,
-               cudaStream_t stream) {
+               float* partials, cudaStream_t stream) {
+  const int64_t chunks = partials ? column_chunks(rows) : 1;
+  const int64_t per_chunk = (rows + chunks - 1) / chunks;
   dispatch(dt, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    bias_grad_kernel<T><<<static_cast<unsigned>((cols + 31) / 32), dim3(32, 8), 0, stream>>>(
-        static_cast<const T*>(dy), db, rows, cols);
+    const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(chunks));
+    column_chunk_kernel<T><<<grid, dim3(32, 8), 0, stream>>>(
+        static_cast<const T*>(dy), rows, cols, per_chunk, chunks > 1 ? partials : db);
     XRUN_CHECK_LAUNCH();
   });
+  if (chunks > 1) {
+    sum_chunks_kernel<<<blocks_for(cols), kThreads, 0, stream>>>(partials, chunks, cols, db);
+    XRUN_CHECK_LAUNCH();
+  }
 }
 
 void global_avg_pool(const void* x, void* y, DataType dt, int64_t n, int64_t hw, int64_t c,
