@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""bench/pytorch_gpt2.py: PyTorch's GPT-2 training speed on the CPU, as
-bench/gpt2_cpu_vs_pytorch.sh compares it with xrun's: AdamW (fused where the
-build has it; decay on matrices only, as xrun), synthetic tokens, fp32, dropout 0,
-the mean next-token cross-entropy; two models of the same shape:
+"""bench/pytorch_gpt2.py: PyTorch's GPT-2 training speed, as
+bench/gpt2_cpu_vs_pytorch.sh (CPU) and bench/gpu_vs_pytorch.sh (GPU)
+compare it with xrun's: AdamW (fused where the build has it; decay on
+matrices only, as xrun), synthetic tokens, dropout 0, the mean next-token
+cross-entropy; PRECISION fp32 (default), tf32 (GPU matmuls), or fp16 /
+bf16 under torch.autocast (fp16 with a GradScaler); DEVICE cpu (default)
+or cuda; two models of the same shape:
   hf      transformers' GPT2LMHeadModel (what xrun's names and layers follow);
   nanogpt a plain PyTorch GPT-2 in nanoGPT's style (one fused qkv Linear,
           F.scaled_dot_product_attention with is_causal, tied lm_head).
 Prints one line: "tokens_per_s <value>" over the measured steps.
 
-  python3 bench/pytorch_gpt2.py MODEL LAYERS HEADS WIDTH T BATCH THREADS WARMUP STEPS
+  python3 bench/pytorch_gpt2.py MODEL LAYERS HEADS WIDTH T BATCH THREADS WARMUP STEPS [PRECISION [DEVICE]]
 """
 import math
 import sys
@@ -59,7 +62,7 @@ class NanoGpt(nn.Module):
 
     def forward(self, idx, targets):
         t = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(t))
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
         for block in self.h:
             x = block(x)
         logits = self.lm_head(self.ln_f(x))
@@ -68,8 +71,11 @@ class NanoGpt(nn.Module):
 
 def main():
     model, layers, heads, width, t, batch, threads, warmup, steps = sys.argv[1:10]
-    # fp32, or bf16: torch.autocast's bf16 on the CPU (matmuls in bf16, fp32 weights)
     precision = sys.argv[10] if len(sys.argv) > 10 else "fp32"
+    device = sys.argv[11] if len(sys.argv) > 11 else "cpu"
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = precision == "tf32"
     layers, heads, width, t, batch = map(int, (layers, heads, width, t, batch))
     threads, warmup, steps = int(threads), int(warmup), int(steps)
     torch.set_num_threads(threads)
@@ -88,6 +94,7 @@ def main():
     else:
         net = NanoGpt(layers, heads, width, t, vocab)
         loss_of = net
+    net.to(device)
     net.train()
     decay = [p for p in net.parameters() if p.dim() >= 2]
     no_decay = [p for p in net.parameters() if p.dim() < 2]
@@ -96,16 +103,26 @@ def main():
         opt = torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), fused=True)
     except (RuntimeError, TypeError):
         opt = torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95))
-    x = torch.randint(0, vocab, (batch, t))
-    y = torch.randint(0, vocab, (batch, t))
+    x = torch.randint(0, vocab, (batch, t), device=device)
+    y = torch.randint(0, vocab, (batch, t), device=device)
+    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    scaler = torch.amp.GradScaler(device, enabled=precision == "fp16")
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
     for i in range(warmup + steps):
         if i == warmup:
+            sync()
             start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with torch.autocast(device, dtype=half or torch.float32, enabled=half is not None):
             loss = loss_of(x, y)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    sync()
     seconds = time.perf_counter() - start
     assert math.isfinite(loss.item())
     print(f"tokens_per_s {batch * t * steps / seconds:.1f}")
