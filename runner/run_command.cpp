@@ -259,9 +259,10 @@ struct Outcome {
 };
 
 // The final table's line for a complete run.
-// A GPT-2 run (`tokens`) counts tokens and reports next-token accuracy.
+// A GPT-2 run (`tokens`) counts tokens and reports next-token accuracy and
+// its validation loss and perplexity (`test_loss`, NaN when none).
 std::string complete_line(double throughput, double step_ms_median, double test_accuracy,
-                          bool tokens) {
+                          double test_loss, bool tokens) {
   char line[256];
   std::snprintf(line, sizeof line, "complete: %.1f %s (median step %.1f ms)", throughput,
                 tokens ? "tok/s" : "img/s", step_ms_median);
@@ -269,6 +270,11 @@ std::string complete_line(double throughput, double step_ms_median, double test_
   if (!std::isnan(test_accuracy)) {
     std::snprintf(line, sizeof line, ", %s %.2f%%",
                   tokens ? "next-token accuracy" : "test accuracy", 100.0 * test_accuracy);
+    text += line;
+  }
+  if (tokens && !std::isnan(test_loss)) {
+    std::snprintf(line, sizeof line, ", val loss %.4f (perplexity %.2f)", test_loss,
+                  std::exp(test_loss));
     text += line;
   }
   return text;
@@ -357,14 +363,9 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     db.write_ranks(uuid, result.ranks);
     db.finish_run(uuid, store::RunStatus::complete, result.summary);
     batch.commit();
-    std::string line = complete_line(result.summary.throughput, result.summary.step_ms_median,
-                                     result.summary.test_accuracy, cfg.model.is_gpt2());
-    if (cfg.model.is_gpt2() && !std::isnan(result.summary.test_loss)) {
-      char more[96];  // a language model's validation figures
-      std::snprintf(more, sizeof more, ", val loss %.4f (perplexity %.2f)",
-                    result.summary.test_loss, std::exp(result.summary.test_loss));
-      line += more;
-    }
+    const std::string line =
+        complete_line(result.summary.throughput, result.summary.step_ms_median,
+                      result.summary.test_accuracy, result.summary.test_loss, cfg.model.is_gpt2());
     display.end_run(line);
     return {store::RunStatus::complete, line};
   } catch (const TrainInterrupted& e) {
@@ -522,10 +523,14 @@ Outcome child_outcome(store::Store& db, const RunSpec& spec, const ChildEnd& end
     return o;
   }
   o.status = store::run_status_from_string(mine->status);
-  o.line = o.status == store::RunStatus::complete
-               ? complete_line(mine->throughput, mine->step_ms_median, mine->test_accuracy,
-                               spec.config["model"]["arch"].get<std::string>().rfind("gpt2", 0) == 0)
-               : mine->error;
+  if (o.status == store::RunStatus::complete) {
+    const auto detail = db.get_run(mine->uuid);  // the validation loss (a language model's)
+    o.line = complete_line(mine->throughput, mine->step_ms_median, mine->test_accuracy,
+                           detail && detail->has_summary ? detail->summary.test_loss : NAN,
+                           mine->throughput_unit == "tokens/s");
+  } else {
+    o.line = mine->error;
+  }
   return o;
 }
 

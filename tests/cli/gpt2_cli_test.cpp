@@ -140,16 +140,23 @@ TEST_CASE("ranks: 2 GPT-2 ranks x batch 4 train the weights of 1 rank with accum
                                     "heads = 2\nwidth = 32\ncontext = 16\nvocab = 96\n"
                                     "[data]\nsource = \"synthetic\"\nsamples = 64\nworkers = 1\n"
                                     "[train]\ndevice = \"cpu\"\nbatch_size = 4\nthreads = 1\n"
-                                    "steps = 4\neval = false\n" + extra +
+                                    "steps = 4\n" + extra +
                                     "[train.optimizer]\nlr = 3e-3\nweight_decay = 0.1\n"
                                     "[measure]\nwarmup_steps = 1\n");
   };
-  const std::string two = experiment("two.toml", "ranks = 2\ncheckpoint = \"two.safetensors\"\n");
-  const std::string one =
-      experiment("one.toml", "accumulate = 2\ncheckpoint = \"one.safetensors\"\n");
+  // (The ranked run evaluates too: its final line, built by the launcher
+  // from the stored run, says the validation loss as a single process's does.)
+  const std::string two = experiment(
+      "two.toml", "ranks = 2\neval = true\ncheckpoint = \"two.safetensors\"\n");
+  const std::string one = experiment(
+      "one.toml", "accumulate = 2\neval = false\ncheckpoint = \"one.safetensors\"\n");
   const auto r2 = f.xrun(xrun_test::run_args(f, two));
   INFO(r2.output);
   REQUIRE(r2.status == 0);
+  // The final table's row ("  #0   <hash>  complete    complete: ...").
+  const std::string row = r2.output.substr(r2.output.rfind("#0 "));
+  CHECK_THAT(row, Contains("tok/s") && Contains("next-token accuracy") && Contains("val loss") &&
+                      Contains("perplexity"));
   const auto r1 = f.xrun(xrun_test::run_args(f, one));
   INFO(r1.output);
   REQUIRE(r1.status == 0);
