@@ -10,6 +10,7 @@
 // asynchronous (CUDA); `synchronize()` waits for the device.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -271,6 +272,25 @@ class OptimizerOp {
 // count), sorted: what an optimizer keeps of exclude_from_decay's list.
 // std::invalid_argument for a tensor that is not a parameter.
 std::vector<std::pair<int64_t, int64_t>> parameter_ranges(std::span<Tensor* const> params);
+
+// Cuts elements [begin, begin + n) of the flat regions into the pieces an
+// optimizer updates in turn: f(first, count, decayed) in order, decayed
+// false inside the `no_decay` ranges (sorted, as parameter_ranges gives
+// them), true elsewhere.
+template <class F>
+void for_each_decay_piece(const std::vector<std::pair<int64_t, int64_t>>& no_decay, int64_t begin,
+                          int64_t n, F&& f) {
+  int64_t at = begin;
+  const int64_t end = begin + n;
+  for (const auto& [first, count] : no_decay) {
+    const int64_t lo = std::max(first, at), hi = std::min(first + count, end);
+    if (lo >= hi) continue;
+    if (at < lo) f(at, lo - at, true);
+    f(lo, hi - lo, false);
+    at = hi;
+  }
+  if (at < end) f(at, end - at, true);
+}
 
 // --------------------------------------------------------------- backend --
 struct OptimizerSettings {

@@ -317,7 +317,12 @@ int64_t available_memory() {
 std::vector<MemoryRecord> CpuBackend::memory_plan() const {
   std::vector<MemoryRecord> extras = {{"scratchpad", static_cast<int64_t>(scratchpad_bytes_)}};
   if (op_scratch_bytes_) extras.push_back({"op_scratch", static_cast<int64_t>(op_scratch_bytes_)});
+  if (need_bf16_weights_) extras.push_back({"bf16_weights", bf16_weights_bytes()});
   return plan_.records(extras);
+}
+
+int64_t CpuBackend::bf16_weights_bytes() const {
+  return need_bf16_weights_ ? static_cast<int64_t>(region_bytes(TensorRole::parameter) / 2) : 0;
 }
 
 // One zeroed allocation of `bytes` (none for 0), counted and kept for the destructor.
@@ -334,7 +339,8 @@ void CpuBackend::allocate() {
   // batch that fits.
   if (const int64_t available = available_memory(); available > 0)
     plan_.check_fits({{"scratchpad", static_cast<int64_t>(scratchpad_bytes_)},
-                      {"op_scratch", static_cast<int64_t>(op_scratch_bytes_)}},
+                      {"op_scratch", static_cast<int64_t>(op_scratch_bytes_)},
+                      {"bf16_weights", bf16_weights_bytes()}},
                      input_ ? input_->dims[0] : tokens_ ? tokens_->dims[0] : 1, available,
                      "in memory");
   for (const auto& entry : plan_.mirrors())
@@ -352,6 +358,7 @@ void CpuBackend::allocate() {
                                     memory::data_type::u8, memory::format_tag::a),
                        engine_, scratchpad_base_);
   op_scratch_base_ = allocate_region(op_scratch_bytes_);
+  bf16_weights_ = reinterpret_cast<uint16_t*>(allocate_region(bf16_weights_bytes()));
   for (CpuTensor& t : tensors_) {
     t.data = plan_.base(t.role) + t.offset;
     t.mem = memory(t.md, engine_, t.data);

@@ -177,6 +177,16 @@ class CpuBackend final : public Backend {
   // when to remake them.
   uint64_t weights_version() const { return weights_version_; }
   void weights_changed() { ++weights_version_; }
+  // A bf16 copy of the whole parameter region, element for element (GPT-2's
+  // bf16 GEMMs read their weights from it), asked for before allocate().
+  // The optimizer rounds every parameter into it as it updates the region
+  // and then calls bf16_weights_written(): the copy is current until the
+  // next weights_changed() (a write(), the next update). Where it is not
+  // current, each op rounds its own weight's slice (weights_version()).
+  void need_bf16_weights() { need_bf16_weights_ = true; }
+  uint16_t* bf16_weights() const { return bf16_weights_; }
+  void bf16_weights_written() { bf16_weights_version_ = weights_version_; }
+  bool bf16_weights_current() const { return bf16_weights_version_ == weights_version_; }
   // Notes the kernel one pass of an op runs ("conv fwd" and a primitive's
   // impl_info_str(), or xrun's own), counted into the environment's
   // onednn_kernels field: what ran, stored with the run.
@@ -187,6 +197,7 @@ class CpuBackend final : public Backend {
 
  private:
   char* allocate_region(size_t bytes);
+  int64_t bf16_weights_bytes() const;  // 0 unless asked for
   // Reorders between a layout and the canonical one, made once per layout.
   dnnl::reorder& exchange_reorder(const memory::desc& md, bool to_canonical);
 
@@ -196,6 +207,9 @@ class CpuBackend final : public Backend {
   memory::data_type act_type_;
   bool nhwc_activations_ = false;  // bf16 on AMX
   uint64_t weights_version_ = 1;
+  bool need_bf16_weights_ = false;
+  uint16_t* bf16_weights_ = nullptr;
+  uint64_t bf16_weights_version_ = 0;  // the weights_version() the optimizer last wrote it at
   std::map<std::string, std::map<std::string, int>> kernels_;  // pass -> impl -> ops
   dnnl::engine engine_;
   dnnl::stream stream_;

@@ -1,5 +1,6 @@
 // engine/cpu/layer_norm.cpp: see layer_norm.h. Rows in parallel (OpenMP),
-// each row's statistics and arithmetic in double; the parameter gradients
+// each row's statistics and arithmetic in double (the row sums as SIMD
+// reductions: lanes of partial sums, then added); the parameter gradients
 // summed per thread over a fixed block of rows, in double, then the blocks
 // in order.
 #include "engine/cpu/layer_norm.h"
@@ -18,11 +19,13 @@ namespace {
 
 // A row's mean and 1 / sqrt(biased variance + eps), in double, two passes
 // (no cancellation for rows far from zero mean).
-inline void row_stats(const float* xr, int64_t c, double eps, double& m, double& s) {
+[[gnu::always_inline]] inline void row_stats(const float* xr, int64_t c, double eps, double& m, double& s) {
   double sum = 0;
+#pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < c; ++j) sum += xr[j];
   m = sum / static_cast<double>(c);
   double squares = 0;
+#pragma omp simd reduction(+ : squares)
   for (int64_t j = 0; j < c; ++j) {
     const double d = xr[j] - m;
     squares += d * d;
@@ -41,6 +44,7 @@ void layer_norm_forward(const float* x, const float* gamma, const float* beta, i
     double m, s;
     row_stats(xr, c, eps, m, s);
     float* yr = y + r * c;
+#pragma omp simd
     for (int64_t j = 0; j < c; ++j)
       yr[j] = static_cast<float>((xr[j] - m) * s * gamma[j] + beta[j]);
     if (mean) mean[r] = static_cast<float>(m);
@@ -78,6 +82,7 @@ void layer_norm_backward(const float* dy, const float* x, const float* gamma, in
       double m, s;
       row_stats(xr, c, kLayerNormEps, m, s);
       double g_sum = 0, gx_sum = 0;  // sum of g, sum of g xhat
+#pragma omp simd reduction(+ : g_sum, gx_sum)
       for (int64_t j = 0; j < c; ++j) {
         const double xhat = (xr[j] - m) * s;
         const double g = static_cast<double>(dyr[j]) * gamma[j];
@@ -88,6 +93,7 @@ void layer_norm_backward(const float* dy, const float* x, const float* gamma, in
       }
       const double g_mean = g_sum / static_cast<double>(c), gx_mean = gx_sum / static_cast<double>(c);
       float* dxr = dx + r * c;
+#pragma omp simd
       for (int64_t j = 0; j < c; ++j) {
         const double xhat = (xr[j] - m) * s;
         const double d = s * (static_cast<double>(dyr[j]) * gamma[j] - g_mean - xhat * gx_mean);

@@ -3,14 +3,16 @@
 // weight [in, out]) and the tied output layer (y = x wte^T, wte [V, C] owned
 // by the embedding). The transposed operands of the backward passes are
 // strided views of the same memory (no copies): dx = dy w^T, dw = x^T dy.
-// The bias gradient is xrun's own column sum, in double.
+// The bias gradient is xrun's own column sum, in double (in bf16 runs the
+// same pass rounds dy to bf16).
 //
 // In bf16 runs (AMX or AVX512_BF16) the GEMMs read bf16 operands and
 // accumulate in fp32, as PyTorch's bf16 autocast runs a linear layer, on
-// oneDNN's AMX kernels: each op keeps a bf16 copy of its weight (remade
-// when weights_version() moves) and of its input (made in the forward pass,
-// read again by the weight gradient), and rounds the incoming gradient to
-// bf16 in the backend's op scratch for the two backward products; every
+// oneDNN's AMX kernels: the weights from the backend's bf16 copy of the
+// parameter region (the optimizer writes it as it updates), the input's bf16
+// copy made in the forward pass (read again by the weight gradient), the
+// incoming gradient rounded to bf16 in the backend's op scratch for the
+// two backward products; every
 // tensor outside the GEMMs (activations, gradients, parameters) stays fp32.
 #include <algorithm>
 #include <stdexcept>
@@ -37,25 +39,37 @@ void round_to_bf16(const float* src, bf16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 
-// What a GEMM op keeps in a bf16 run: its input's and its weight's bf16
-// copies and the weights_version() the weight's was made at.
+// What a GEMM op keeps in a bf16 run: its input's bf16 copy and where its
+// weight's lies in the backend's bf16 copy of the parameter region (the
+// optimizer writes it as it updates; the op rounds its own slice when the
+// region changed otherwise), with the weights_version() it was current at.
+// Without them (fp32 runs) the GEMMs read the fp32 tensors themselves.
 struct Bf16Operands {
   CpuTensor* x = nullptr;
-  CpuTensor* weight = nullptr;
+  bf16_t* weight = nullptr;
   uint64_t weight_version = ~uint64_t{0};
-  void declare(CpuBackend& be, const std::string& name, int64_t rows, int64_t in,
-               const std::vector<int64_t>& weight_dims) {
+  void declare(CpuBackend& be, const std::string& name, int64_t rows, int64_t in) {
     x = be.declare(name + ".x_bf16", {rows, in}, plain_md({rows, in}, dt::bf16),
                    TensorRole::activation);
-    weight = be.declare(name + ".weight_bf16", weight_dims, plain_md(weight_dims, dt::bf16),
-                        TensorRole::workspace);
+    be.need_bf16_weights();
   }
-  // Before the forward GEMM: the weight's copy, remade where the parameter
-  // changed since, and the input's.
+  explicit operator bool() const { return x != nullptr; }
+  // The operands the GEMMs read: the fp32 tensors, or their bf16 copies
+  // (the incoming gradient's in the op scratch). Called from bind().
+  void bind(CpuBackend& be, const Tensor* w) {
+    if (x) weight = be.bf16_weights() + as_cpu(w)->offset / sizeof(float);
+  }
+  const void* input(const Tensor* in) const { return x ? x->data : in->data; }
+  const void* weights(const Tensor* w) const { return x ? weight : w->data; }
+  const void* gradient(const CpuBackend& be, const Tensor* dy) const {
+    return x ? be.op_scratch() : dy->data;
+  }
+  // Before the forward GEMM: the weight's copy, rounded here where the
+  // parameter changed since and the optimizer did not write it, and the input's.
   void before_forward(CpuBackend& be, const Tensor* w, const Tensor* in) {
     if (weight_version != be.weights_version()) {
-      round_to_bf16(static_cast<const float*>(w->data), static_cast<bf16_t*>(weight->data),
-                    w->numel());
+      if (!be.bf16_weights_current())
+        round_to_bf16(static_cast<const float*>(w->data), weight, w->numel());
       weight_version = be.weights_version();
     }
     round_to_bf16(static_cast<const float*>(in->data), static_cast<bf16_t*>(x->data), in->numel());
@@ -69,8 +83,11 @@ struct Bf16Operands {
 
 bool bf16_gemms(const CpuBackend& be) { return be.precision() == Precision::bf16; }
 
-// db[o] = sum over rows of dy[r, o], in double, threads over column blocks.
-void column_sums(const float* dy, int64_t rows, int64_t cols, float* db) {
+// db[o] = sum over rows of dy[r, o], in double, threads over column blocks;
+// where dy_bf16 is given, dy rounded to bf16 into it in the same pass (the
+// bf16 backward GEMMs' operand: one read of dy for both).
+XRUN_VECTOR_CLONES
+void column_sums(const float* dy, int64_t rows, int64_t cols, float* db, bf16_t* dy_bf16) {
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (cols + kBlock - 1) / kBlock;
 #pragma omp parallel for
@@ -79,7 +96,13 @@ void column_sums(const float* dy, int64_t rows, int64_t cols, float* db) {
     double acc[kBlock] = {};
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = dy + r * cols + o0;
+#pragma omp simd
       for (int64_t j = 0; j < n; ++j) acc[j] += row[j];
+      if (dy_bf16) {
+        bf16_t* out = dy_bf16 + r * cols + o0;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) out[j] = float_to_bf16(row[j]);
+      }
     }
     for (int64_t j = 0; j < n; ++j) db[o0 + j] = static_cast<float>(acc[j]);
   }
@@ -105,7 +128,7 @@ class CpuLinearInOut final : public LinearOp, public CpuOp {
     const memory::desc bias_md = plain_md({1, out_});
     const dt op = bf16_gemms(be) ? dt::bf16 : dt::f32;  // the GEMMs' operand type
     if (op == dt::bf16) {
-      bf16_.declare(be, name, n_, in_, {in_, out_});
+      bf16_.declare(be, name, n_, in_);
       be.need_op_scratch(static_cast<size_t>(n_ * out_) * sizeof(bf16_t));
     }
     fwd_.make(be, "matmul fwd", plain_md({n_, in_}, op), plain_md({in_, out_}, op),
@@ -118,22 +141,21 @@ class CpuLinearInOut final : public LinearOp, public CpuOp {
     be.register_op(this);
   }
   void bind() override {
-    // The operands the GEMMs read: the fp32 tensors, or their bf16 copies.
-    const void* x = bf16_.x ? bf16_.x->data : x_->data;
-    const void* w = bf16_.x ? bf16_.weight->data : weight->data;
-    const void* g = bf16_.x ? be_.op_scratch() : dy->data;
+    bf16_.bind(be_, weight);
+    const void *x = bf16_.input(x_), *w = bf16_.weights(weight), *g = bf16_.gradient(be_, dy);
     fwd_.bind(be_, x, w, y->data, bias->data);
     bww_.bind(be_, x, g, weight_grad->data);
     if (dx_) bwd_.bind(be_, g, w, dx_->data);
   }
   void forward() override {
-    if (bf16_.x) bf16_.before_forward(be_, weight, x_);
+    if (bf16_) bf16_.before_forward(be_, weight, x_);
     fwd_.run(be_);
   }
   void backward() override {
-    if (bf16_.x) Bf16Operands::before_backward(be_, dy);
+    // The bias gradient, and in bf16 runs dy's bf16 copy, in one pass.
+    column_sums(static_cast<const float*>(dy->data), n_, out_, static_cast<float*>(bias_grad->data),
+                bf16_ ? reinterpret_cast<bf16_t*>(be_.op_scratch()) : nullptr);
     bww_.run(be_);
-    column_sums(static_cast<const float*>(dy->data), n_, out_, static_cast<float*>(bias_grad->data));
     if (dx_) bwd_.run(be_);
   }
 
@@ -161,7 +183,7 @@ class CpuLinearTied final : public LinearOp, public CpuOp {
     dy = be.declare(name + ".dy", {n, v}, plain_md({n, v}), TensorRole::activation_grad);
     const dt op = bf16_gemms(be) ? dt::bf16 : dt::f32;
     if (op == dt::bf16) {
-      bf16_.declare(be, name, n, c, {v, c});
+      bf16_.declare(be, name, n, c);
       be.need_op_scratch(static_cast<size_t>(n * v) * sizeof(bf16_t));
     }
     fwd_.make(be, "matmul fwd", plain_md({n, c}, op), transposed_md(c, v, op), plain_md({n, v}));
@@ -173,19 +195,18 @@ class CpuLinearTied final : public LinearOp, public CpuOp {
     be.register_op(this);
   }
   void bind() override {
-    const void* x = bf16_.x ? bf16_.x->data : x_->data;
-    const void* w = bf16_.x ? bf16_.weight->data : weight->data;
-    const void* g = bf16_.x ? be_.op_scratch() : dy->data;
+    bf16_.bind(be_, weight);
+    const void *x = bf16_.input(x_), *w = bf16_.weights(weight), *g = bf16_.gradient(be_, dy);
     fwd_.bind(be_, x, w, y->data);
     bww_.bind(be_, g, x, weight_grad->data);
     if (dx_) bwd_.bind(be_, g, w, dx_->data);
   }
   void forward() override {
-    if (bf16_.x) bf16_.before_forward(be_, weight, x_);
+    if (bf16_) bf16_.before_forward(be_, weight, x_);
     fwd_.run(be_);
   }
   void backward() override {
-    if (bf16_.x) Bf16Operands::before_backward(be_, dy);
+    if (bf16_) Bf16Operands::before_backward(be_, dy);
     bww_.run(be_);
     if (dx_) bwd_.run(be_);
   }

@@ -4,13 +4,15 @@
 // vectorised loop whatever the layouts), or over one layer's parameters at a
 // time during the backward pass (apply_to): the same kernel on a sub-range,
 // so the same operations per element. Parameters left out of the weight
-// decay (exclude_from_decay) split the pass into pieces. Also gradient
-// accumulation.
+// decay (exclude_from_decay) split the pass into pieces. Where the backend
+// keeps a bf16 copy of the parameters (GPT-2's bf16 GEMMs), AdamW writes it
+// in the same pass. Also gradient accumulation.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 
+#include "engine/cpu/bf16.h"
 #include "engine/cpu/cpu_backend.h"
 
 namespace xrun::cpu {
@@ -25,8 +27,11 @@ struct AdamWStep {
 // the calling thread: starting a parallel region costs more than the loop.
 constexpr int64_t kParallelMin = 1 << 14;
 
-XRUN_VECTOR_CLONES
-void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, AdamWStep a) {
+// p's new values are also rounded into p_bf16 (the backend's bf16 copy of
+// the parameters) where given: in the same pass, no second read of p.
+template <bool kBf16Copy>
+[[gnu::always_inline]] inline void adamw_loop(float* p, const float* g, float* m, float* v,
+                                              bf16_t* p_bf16, int64_t n, const AdamWStep& a) {
 #pragma omp parallel for simd if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float grad = g[i] * a.inv_scale;
@@ -35,7 +40,17 @@ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, AdamW
     v[i] = v[i] * a.b2 + (1.0f - a.b2) * grad * grad;
     const float denom = std::sqrt(v[i]) / a.bc2_sqrt + a.eps;
     p[i] -= a.step_size * m[i] / denom;
+    if constexpr (kBf16Copy) p_bf16[i] = float_to_bf16(p[i]);
   }
+}
+
+XRUN_VECTOR_CLONES
+void adamw_kernel(float* p, const float* g, float* m, float* v, bf16_t* p_bf16, int64_t n,
+                  AdamWStep a) {
+  if (p_bf16)
+    adamw_loop<true>(p, g, m, v, p_bf16, n, a);
+  else
+    adamw_loop<false>(p, g, m, v, nullptr, n, a);
 }
 
 // buf == nullptr: no momentum. first: the momentum buffer starts as d.
@@ -86,6 +101,8 @@ class CpuOptimizer final : public OptimizerOp {
     }
     update(0, n);
     be_.weights_changed();
+    // AdamW rounded every parameter into the backend's bf16 copy as it went.
+    if (be_.bf16_weights() && s_.name == "adamw") be_.bf16_weights_written();
     end_of_step();
   }
 
@@ -144,16 +161,9 @@ class CpuOptimizer final : public OptimizerOp {
   // The update of elements [begin, begin + n) of the flat regions, in
   // pieces where some are left out of the weight decay.
   void update(int64_t begin, int64_t n) {
-    int64_t at = begin;
-    const int64_t end = begin + n;
-    for (const auto& [first, count] : no_decay_) {
-      const int64_t lo = std::max(first, at), hi = std::min(first + count, end);
-      if (lo >= hi) continue;
-      if (at < lo) update_piece(at, lo - at, true);
-      update_piece(lo, hi - lo, false);
-      at = hi;
-    }
-    if (at < end) update_piece(at, end - at, true);
+    for_each_decay_piece(no_decay_, begin, n, [this](int64_t first, int64_t count, bool decayed) {
+      update_piece(first, count, decayed);
+    });
   }
 
   void update_piece(int64_t begin, int64_t n, bool decay) {
@@ -172,7 +182,8 @@ class CpuOptimizer final : public OptimizerOp {
       a.eps = static_cast<float>(s_.eps);
       a.step_size = static_cast<float>(st.lr / (1.0 - std::pow(s_.beta1, double(st.step))));
       a.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(s_.beta2, double(st.step))));
-      adamw_kernel(p, g, state(0) + begin, state(1) + begin, n, a);
+      bf16_t* p_bf16 = be_.bf16_weights() ? be_.bf16_weights() + begin : nullptr;
+      adamw_kernel(p, g, state(0) + begin, state(1) + begin, p_bf16, n, a);
     } else {
       const float mom = static_cast<float>(s_.momentum);
       sgd_kernel(p, g, mom != 0.0f ? state(0) + begin : nullptr, n, inv_scale, lr, wd, mom,

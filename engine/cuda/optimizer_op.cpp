@@ -88,15 +88,9 @@ class CudaOptimizer final : public OptimizerOp {
       check_finite(g, n, flag, be_.stream());
     }
     // Decayed and undecayed pieces in turn (one piece without exclusions).
-    int64_t pos = 0;
-    for (const auto& [first, count] : no_decay_) {
-      const int64_t begin = std::max(first, pos), end = first + count;  // overlaps once
-      if (end <= begin) continue;
-      if (begin > pos) update(g, pos, begin - pos, 0, flag);
-      update(g, begin, end - begin, 1, flag);
-      pos = end;
-    }
-    if (pos < n) update(g, pos, n - pos, 0, flag);
+    for_each_decay_piece(no_decay_, 0, n, [&](int64_t first, int64_t count, bool decayed) {
+      update(g, first, count, decayed ? 0 : 1, flag);
+    });
     // A folded step left its sums in the fp32 region, which the next step's
     // GEMMs do not overwrite (they write the half mirror): cleared, or the
     // next update would read them again.

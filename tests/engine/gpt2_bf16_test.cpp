@@ -4,7 +4,8 @@
 // the float64 product of the bf16-rounded operands to fp32 accumulation's
 // error (checked per element against that reference, for y, dx and dW of
 // both layers), and differs from the fp32 engine's by bf16's rounding; the
-// bf16 weight copy follows every write of the weight; and a small GPT-2
+// bf16 weight copy follows every write of the weight, and AdamW writes it
+// as it updates the parameters; and a small GPT-2
 // learns a text in bf16 as it does in fp32.
 #include "catch2_compat.h"
 
@@ -112,6 +113,22 @@ LayerRun run_layer(Precision precision, bool tied, int64_t rows, int64_t in, int
   return r;
 }
 
+// A bf16 backend with one Conv1D layer over an embedding's output (which
+// the cases write as the layer's input), and AdamW where asked; allocated.
+struct Bf16Conv1D {
+  cpu::CpuBackend be{0, Precision::bf16};
+  std::unique_ptr<EmbeddingOp> emb;
+  std::unique_ptr<LinearOp> op;
+  std::unique_ptr<OptimizerOp> opt;
+  Bf16Conv1D(int64_t rows, int64_t in, int64_t out, bool with_optimizer) {
+    Tensor* tokens = be.token_input(1, rows);
+    emb = be.embedding("transformer.wte", "transformer.wpe", tokens, 4, rows, in);
+    op = be.linear_in_out("fc", emb->y, emb->dy, out);
+    if (with_optimizer) opt = be.optimizer(OptimizerSettings{}, false);
+    be.allocate();
+  }
+};
+
 }  // namespace
 
 TEST_CASE("gpt2 bf16: the GEMM layers multiply bf16-rounded operands with fp32 accumulation",
@@ -149,11 +166,8 @@ TEST_CASE("gpt2 bf16: the GEMM layers multiply bf16-rounded operands with fp32 a
 TEST_CASE("gpt2 bf16: the weight's bf16 copy follows every write of the weight", "[gpt2][bf16]") {
   if (const std::string why = no_bf16_kernels(); !why.empty()) XRUN_SKIP(why);
   const int64_t rows = 8, in = 32, out = 16;
-  cpu::CpuBackend be(0, Precision::bf16);
-  Tensor* tokens = be.token_input(1, rows);
-  auto emb = be.embedding("transformer.wte", "transformer.wpe", tokens, 4, rows, in);
-  auto op = be.linear_in_out("fc", emb->y, emb->dy, out);
-  be.allocate();
+  Bf16Conv1D layer(rows, in, out, false);
+  auto& [be, emb, op, opt] = layer;
   be.write(emb->y, uniform(rows * in, 4));
   be.write(op->bias, std::vector<float>(out, 0.0f));
   std::vector<float> y(rows * out);
@@ -212,4 +226,47 @@ TEST_CASE("gpt2 bf16: a small GPT-2 learns a text in bf16, its first steps on fp
   for (size_t k = 180; k < 200; ++k) last += loss[1][k] / 20;
   INFO("bf16's last 20 steps' mean loss " << last);
   CHECK(last < 2.0);
+}
+
+TEST_CASE("gpt2 bf16: AdamW writes the parameters' bf16 copy as it updates them, the layers read it",
+          "[gpt2][bf16]") {
+  if (const std::string why = no_bf16_kernels(); !why.empty()) XRUN_SKIP(why);
+  const int64_t rows = 8, in = 32, out = 16;
+  Bf16Conv1D layer(rows, in, out, true);
+  auto& [be, emb, op, opt] = layer;
+  REQUIRE(be.bf16_weights() != nullptr);
+  be.write(emb->y, uniform(rows * in, 5));
+  be.write(op->weight, uniform(in * out, 6, 0.5f));
+  be.write(op->bias, std::vector<float>(out, 0.0f));
+  be.write(op->dy, uniform(rows * out, 7));
+  op->forward();
+  op->backward();
+  OptimizerStep st;
+  st.lr = 0.01;  // moves every weight by about lr: most bf16 roundings change
+  opt->set_step(st);
+  opt->apply();
+  CHECK(be.bf16_weights_current());
+  // Every element of the copy is its parameter rounded to bf16.
+  const float* p = be.region(TensorRole::parameter);
+  const size_t n = be.region_bytes(TensorRole::parameter) / sizeof(float);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += be.bf16_weights()[i] != cpu::float_to_bf16(p[i]);
+  CHECK(wrong == 0);
+  // The next forward multiplies the updated weights' rounding (the copy the
+  // optimizer wrote, not one made before the update).
+  std::vector<float> x(rows * in), w(in * out), b(out), y(rows * out);
+  be.read(emb->y, x);
+  be.read(op->weight, w);
+  be.read(op->bias, b);  // updated too (fp32, added after the GEMM)
+  op->forward();
+  be.read(op->y, y);
+  const auto xr = rounded(x), wr = rounded(w);
+  auto want = product(rows, in, out, [&](int64_t r, int64_t i) { return xr[r * in + i]; },
+                      [&](int64_t i, int64_t o) { return wr[i * out + o]; });
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out; ++o) want[r * out + o] += b[o];
+  check_accumulated(y, want, in, 0.5, "y after the update");
+  // A write() of a parameter leaves the copy behind: the layers round their own again.
+  be.write(op->bias, std::vector<float>(out, 0.0f));
+  CHECK_FALSE(be.bf16_weights_current());
 }
