@@ -27,30 +27,32 @@ struct AdamWStep {
 // the calling thread: starting a parallel region costs more than the loop.
 constexpr int64_t kParallelMin = 1 << 14;
 
-// p's new values are also rounded into p_bf16 (the backend's bf16 copy of
-// the parameters) where given: in the same pass, no second read of p.
-template <bool kBf16Copy>
-[[gnu::always_inline]] inline void adamw_loop(float* p, const float* g, float* m, float* v,
-                                              bf16_t* p_bf16, int64_t n, const AdamWStep& a) {
-#pragma omp parallel for simd if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float grad = g[i] * a.inv_scale;
-    p[i] *= a.decay;
-    m[i] += (grad - m[i]) * (1.0f - a.b1);
-    v[i] = v[i] * a.b2 + (1.0f - a.b2) * grad * grad;
-    const float denom = std::sqrt(v[i]) / a.bc2_sqrt + a.eps;
-    p[i] -= a.step_size * m[i] / denom;
-    if constexpr (kBf16Copy) p_bf16[i] = float_to_bf16(p[i]);
-  }
+// One element's update; returns p's new value.
+[[gnu::always_inline]] inline float adamw_element(float& p, float g, float& m, float& v,
+                                                 const AdamWStep& a) {
+  const float grad = g * a.inv_scale;
+  p *= a.decay;
+  m += (grad - m) * (1.0f - a.b1);
+  v = v * a.b2 + (1.0f - a.b2) * grad * grad;
+  const float denom = std::sqrt(v) / a.bc2_sqrt + a.eps;
+  p -= a.step_size * m / denom;
+  return p;
 }
 
+// p's new values are also rounded into p_bf16 (the backend's bf16 copy of
+// the parameters) where given: in the same pass, no second read of p. (The
+// loops sit in the cloned function itself: OpenMP outlines a parallel loop
+// before inlining, so a loop in a helper would run the helper's default ISA.)
 XRUN_VECTOR_CLONES
 void adamw_kernel(float* p, const float* g, float* m, float* v, bf16_t* p_bf16, int64_t n,
                   AdamWStep a) {
-  if (p_bf16)
-    adamw_loop<true>(p, g, m, v, p_bf16, n, a);
-  else
-    adamw_loop<false>(p, g, m, v, nullptr, n, a);
+  if (p_bf16) {
+#pragma omp parallel for simd if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) p_bf16[i] = float_to_bf16(adamw_element(p[i], g[i], m[i], v[i], a));
+  } else {
+#pragma omp parallel for simd if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) adamw_element(p[i], g[i], m[i], v[i], a);
+  }
 }
 
 // buf == nullptr: no momentum. first: the momentum buffer starts as d.
