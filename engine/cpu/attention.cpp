@@ -145,6 +145,7 @@ void causal_attention_backward(const AttentionShape& s, const float* qkv, const 
 #include <stdexcept>
 #include <string>
 
+#include "engine/cpu/bf16.h"
 #include "engine/cpu/fast_exp.h"
 #include "engine/cpu/matmul_call.h"
 
@@ -153,9 +154,17 @@ namespace {
 
 using dt = memory::data_type;
 
-// softmax(scale * row[0..t]) in place, row[t+1..T) = 0.
+// out[0..T) = row[0..T) rounded to bf16 (a row just written: in cache).
 XRUN_VECTOR_CLONES
-void causal_softmax_row(float* row, int64_t t, int64_t T, float scale) {
+void row_to_bf16(const float* row, int64_t T, bf16_t* out) {
+#pragma omp simd
+  for (int64_t u = 0; u < T; ++u) out[u] = float_to_bf16(row[u]);
+}
+
+// softmax(scale * row[0..t]) in place, row[t+1..T) = 0; and the row
+// rounded to bf16 into `copy` where given.
+XRUN_VECTOR_CLONES
+void causal_softmax_row(float* row, int64_t t, int64_t T, float scale, bf16_t* copy = nullptr) {
   float mx = row[0];
 #pragma omp simd reduction(max : mx)
   for (int64_t u = 0; u <= t; ++u) mx = row[u] > mx ? row[u] : mx;
@@ -169,34 +178,55 @@ void causal_softmax_row(float* row, int64_t t, int64_t T, float scale) {
 #pragma omp simd
   for (int64_t u = 0; u <= t; ++u) row[u] *= inv;
   for (int64_t u = t + 1; u < T; ++u) row[u] = 0.0f;
+  if (copy) row_to_bf16(row, T, copy);
 }
 
-// ds = p (dp - sum_u p dp) scale over u <= t, in place of dp; 0 beyond.
+// ds = p (dp - sum_u p dp) scale over u <= t, in place of dp; 0 beyond;
+// and ds rounded to bf16 into `copy` where given.
 XRUN_VECTOR_CLONES
-void causal_softmax_backward_row(const float* p, float* dp, int64_t t, int64_t T, float scale) {
+void causal_softmax_backward_row(const float* p, float* dp, int64_t t, int64_t T, float scale,
+                                 bf16_t* copy = nullptr) {
   float w = 0;
 #pragma omp simd reduction(+ : w)
   for (int64_t u = 0; u <= t; ++u) w += p[u] * dp[u];
 #pragma omp simd
   for (int64_t u = 0; u <= t; ++u) dp[u] = p[u] * (dp[u] - w) * scale;
   for (int64_t u = t + 1; u < T; ++u) dp[u] = 0.0f;
+  if (copy) row_to_bf16(dp, T, copy);
 }
 
-class CpuAttention final : public ActivationOp, public CpuOp {
- public:
-  CpuAttention(CpuBackend& be, const std::string& name, CpuTensor* qkv, CpuTensor* dqkv,
-               int64_t batch, int64_t heads)
+// What both attention ops share: the operands, the shape (of a plain fp32
+// qkv [B*T, 3C]; std::logic_error otherwise), y and dy.
+class CpuAttentionBase : public ActivationOp, public CpuOp {
+ protected:
+  CpuAttentionBase(CpuBackend& be, const std::string& name, CpuTensor* qkv, CpuTensor* dqkv,
+                   int64_t batch, int64_t heads)
       : be_(be), qkv_(qkv), dqkv_(dqkv) {
     if (qkv->dims.size() != 2 || qkv->dims[1] % 3 != 0 || qkv->dtype != DType::f32 ||
         !is_plain(qkv->md) || qkv->dims[0] % batch != 0)
       throw std::logic_error(name + ": expects a plain fp32 qkv [B*T, 3C]");
     shape_ = {batch, qkv->dims[0] / batch, heads, qkv->dims[1] / 3};
-    if (shape_.width % heads != 0)
-      throw std::logic_error(name + ": width not a multiple of the heads");
-    const int64_t rows = qkv->dims[0], c = shape_.width, B = batch, H = heads;
-    const int64_t T = shape_.tokens, hs = shape_.head_size();
+    if (shape_.width % heads != 0) throw std::logic_error(name + ": width not a multiple of the heads");
+    const int64_t rows = qkv->dims[0], c = shape_.width;
     y = be.declare(name + ".y", {rows, c}, plain_md({rows, c}), TensorRole::activation);
     dy = be.declare(name + ".dy", {rows, c}, plain_md({rows, c}), TensorRole::activation_grad);
+  }
+  static float* f(Tensor* t) { return static_cast<float*>(t->data); }
+  float softmax_scale() const { return 1.0f / std::sqrt(static_cast<float>(shape_.head_size())); }
+
+  CpuBackend& be_;
+  CpuTensor* qkv_;
+  CpuTensor* dqkv_;
+  AttentionShape shape_;
+};
+
+class CpuAttention final : public CpuAttentionBase {
+ public:
+  CpuAttention(CpuBackend& be, const std::string& name, CpuTensor* qkv, CpuTensor* dqkv,
+               int64_t batch, int64_t heads)
+      : CpuAttentionBase(be, name, qkv, dqkv, batch, heads) {
+    const int64_t c = shape_.width, B = batch, H = heads;
+    const int64_t T = shape_.tokens, hs = shape_.head_size();
     // The probabilities: kept between the passes up to the backend's limit
     // a layer; beyond it one buffer all layers share, refilled in the
     // backward pass.
@@ -253,7 +283,7 @@ class CpuAttention final : public ActivationOp, public CpuOp {
     dv_.run(be_);
     dp_.run(be_);
     const int64_t T = shape_.tokens, pairs = shape_.batch * shape_.heads;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_size()));
+    const float scale = softmax_scale();
     const float* p = f(p_);
     float* ds = f(ds_);
 #pragma omp parallel for
@@ -264,24 +294,183 @@ class CpuAttention final : public ActivationOp, public CpuOp {
   }
 
  private:
-  static float* f(Tensor* t) { return static_cast<float*>(t->data); }
 
   void probabilities() {
     scores_.run(be_);
     const int64_t T = shape_.tokens, pairs = shape_.batch * shape_.heads;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_size()));
+    const float scale = softmax_scale();
     float* p = f(p_);
 #pragma omp parallel for
     for (int64_t r = 0; r < pairs * T; ++r) causal_softmax_row(p + r * T, r % T, T, scale);
   }
 
-  CpuBackend& be_;
-  CpuTensor* qkv_;
-  CpuTensor* dqkv_;
-  AttentionShape shape_;
   bool recompute_ = false;
   CpuTensor* p_ = nullptr;
   CpuTensor* ds_ = nullptr;
+  MatmulCall scores_, out_, dv_, dp_, dq_, dk_;
+};
+
+// ------------------------------------------------------------ bf16 --
+// In bf16 runs the six products read bf16 operands and accumulate in fp32
+// (as PyTorch's bf16 autocast runs scaled_dot_product_attention), on
+// oneDNN's AMX kernels, which oneDNN 2.6 picks only for plain (heads
+// contiguous) operands: q, k and v are copied out of qkv head by head into
+// [B, H, T, hs] bf16 (kept for the backward pass), as dy is there. The
+// softmax and its backward stay fp32 on fp32 scores; p and ds are rounded
+// to bf16 for the products in the same row loops. dk and dv (transposed
+// left operands: oneDNN 2.6 has no AMX kernel writing them into qkv's
+// strided columns) go through a plain fp32 block, then into dqkv.
+
+// dst [parts, B, H, T, hs] (bf16) = columns [part C, part C + C) of src's
+// [B*T, row] rows, head by head.
+XRUN_VECTOR_CLONES
+void split_heads_bf16(const float* src, int64_t row, int64_t parts, const AttentionShape& s,
+                      bf16_t* dst) {
+  const int64_t B = s.batch, T = s.tokens, H = s.heads, C = s.width, hs = s.head_size();
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t part = 0; part < parts; ++part)
+        for (int64_t h = 0; h < H; ++h) {
+          const float* in = src + (b * T + t) * row + part * C + h * hs;
+          bf16_t* out = dst + (((part * B + b) * H + h) * T + t) * hs;
+#pragma omp simd
+          for (int64_t d = 0; d < hs; ++d) out[d] = float_to_bf16(in[d]);
+        }
+}
+
+// Columns [first_part C, (first_part + parts) C) of dst's [B*T, row] rows =
+// src [parts, B, H, T, hs], head by head (the inverse of split_heads).
+void merge_heads(const float* src, int64_t parts, const AttentionShape& s, int64_t row,
+                 int64_t first_part, float* dst) {
+  const int64_t B = s.batch, T = s.tokens, H = s.heads, C = s.width, hs = s.head_size();
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t part = 0; part < parts; ++part)
+        for (int64_t h = 0; h < H; ++h)
+          std::copy_n(src + (((part * B + b) * H + h) * T + t) * hs, hs,
+                      dst + (b * T + t) * row + (first_part + part) * C + h * hs);
+}
+
+class CpuAttentionBf16 final : public CpuAttentionBase {
+ public:
+  CpuAttentionBf16(CpuBackend& be, const std::string& name, CpuTensor* qkv, CpuTensor* dqkv,
+                   int64_t batch, int64_t heads)
+      : CpuAttentionBase(be, name, qkv, dqkv, batch, heads) {
+    const int64_t C = shape_.width, B = batch, H = heads;
+    const int64_t T = shape_.tokens, hs = shape_.head_size();
+    const std::vector<int64_t> heads_dims = {3, B, H, T, hs}, block = {B, H, T, T};
+    qkv_heads_ = be.declare(name + ".qkv_heads", heads_dims, plain_md(heads_dims, dt::bf16),
+                            TensorRole::activation);
+    // p (fp32, the softmax's) and its bf16 copy: kept a layer up to the
+    // backend's limit, else shared and refilled in the backward pass (the
+    // copy then in the op scratch).
+    recompute_ = B * H * T * T * 6 > be.attention_keep_bytes;
+    p_ = recompute_ ? be.shared_scratch("attention.p", block)
+                    : be.declare(name + ".p", block, plain_md(block), TensorRole::workspace);
+    if (!recompute_)
+      p_bf16_ = be.declare(name + ".p_bf16", block, plain_md(block, dt::bf16), TensorRole::workspace);
+    if (dqkv) ds_ = be.shared_scratch("attention.ds", block);
+    // The op scratch, live inside one call: dy's heads (bf16), ds's copy
+    // (bf16), dk and dv (fp32), then p's copy where not kept.
+    const auto aligned = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
+    const int64_t heads_bf16 = aligned(B * T * C * 2), block_bf16 = aligned(B * H * T * T * 2);
+    at_ds_ = heads_bf16;
+    at_dkv_ = at_ds_ + block_bf16;
+    at_p_ = dqkv ? at_dkv_ + aligned(2 * B * T * C * 4) : 0;
+    be.need_op_scratch(static_cast<size_t>(at_p_ + (recompute_ ? block_bf16 : 0)));
+
+    const memory::desc hd = plain_md({B, H, T, hs}, dt::bf16);
+    const memory::desc hd_t({B, H, hs, T}, dt::bf16, memory::dims{H * T * hs, T * hs, 1, hs});
+    const memory::desc hd_f32 = plain_md({B, H, T, hs});
+    const memory::desc blk = plain_md(block), blk_bf16 = plain_md(block, dt::bf16);
+    const memory::desc blk_bf16_t({B, H, T, T}, dt::bf16, memory::dims{H * T * T, T * T, 1, T});
+    // y's and dq's heads inside their [B*T, C] and [B*T, 3C] rows.
+    const auto rows_view = [&](int64_t row) {
+      return memory::desc({B, H, T, hs}, dt::f32, memory::dims{T * row, hs, row, 1});
+    };
+    scores_.make(be, "attention matmul", hd, hd_t, blk);
+    out_.make(be, "attention matmul", blk_bf16, hd, rows_view(C));
+    if (dqkv) {
+      dv_.make(be, "attention matmul", blk_bf16_t, hd, hd_f32);
+      dp_.make(be, "attention matmul", hd, hd_t, blk);
+      dq_.make(be, "attention matmul", blk_bf16, hd, rows_view(3 * C));
+      dk_.make(be, "attention matmul", blk_bf16_t, hd, hd_f32);
+    }
+    be.note_kernel("attention softmax", recompute_ ? "xrun:causal_rows_recompute_p_bf16"
+                                                   : "xrun:causal_rows_keep_p_bf16");
+    be.register_op(this);
+  }
+
+  void bind() override {
+    const int64_t n = shape_.batch * shape_.tokens * shape_.width;  // one part of the heads
+    const bf16_t* q = heads(), *k = q + n, *v = q + 2 * n;
+    const bf16_t* pb = p_bf16();
+    scores_.bind(be_, q, k, f(p_));
+    out_.bind(be_, pb, v, f(y));
+    if (dqkv_) {
+      char* scratch = be_.op_scratch();
+      const auto* dyh = reinterpret_cast<const bf16_t*>(scratch);
+      const auto* dsb = reinterpret_cast<const bf16_t*>(scratch + at_ds_);
+      float* dkv = reinterpret_cast<float*>(scratch + at_dkv_);  // [dk; dv]
+      dv_.bind(be_, pb, dyh, dkv + n);
+      dp_.bind(be_, dyh, v, f(ds_));
+      dq_.bind(be_, dsb, k, f(dqkv_));
+      dk_.bind(be_, dsb, q, dkv);
+    }
+  }
+
+  void forward() override {
+    split_heads_bf16(f(qkv_), 3 * shape_.width, 3, shape_, heads());
+    probabilities();
+    out_.run(be_);
+  }
+
+  void backward() override {
+    if (!dqkv_) throw std::logic_error("attention: backward without dqkv");
+    if (recompute_) probabilities();
+    char* scratch = be_.op_scratch();
+    split_heads_bf16(f(dy), shape_.width, 1, shape_, reinterpret_cast<bf16_t*>(scratch));
+    dv_.run(be_);
+    dp_.run(be_);
+    const int64_t T = shape_.tokens, pairs = shape_.batch * shape_.heads;
+    const float* p = f(p_);
+    float* ds = f(ds_);
+    auto* dsb = reinterpret_cast<bf16_t*>(scratch + at_ds_);
+    const float scale = softmax_scale();
+#pragma omp parallel for
+    for (int64_t r = 0; r < pairs * T; ++r)
+      causal_softmax_backward_row(p + r * T, ds + r * T, r % T, T, scale, dsb + r * T);
+    dq_.run(be_);
+    dk_.run(be_);
+    merge_heads(reinterpret_cast<const float*>(scratch + at_dkv_), 2, shape_, 3 * shape_.width, 1,
+                f(dqkv_));
+  }
+
+ private:
+  bf16_t* heads() const { return static_cast<bf16_t*>(qkv_heads_->data); }
+  bf16_t* p_bf16() const {
+    return p_bf16_ ? static_cast<bf16_t*>(p_bf16_->data)
+                   : reinterpret_cast<bf16_t*>(be_.op_scratch() + at_p_);
+  }
+
+  void probabilities() {
+    scores_.run(be_);
+    const int64_t T = shape_.tokens, pairs = shape_.batch * shape_.heads;
+    const float scale = softmax_scale();
+    float* p = f(p_);
+    bf16_t* pb = p_bf16();
+#pragma omp parallel for
+    for (int64_t r = 0; r < pairs * T; ++r) causal_softmax_row(p + r * T, r % T, T, scale, pb + r * T);
+  }
+
+  bool recompute_ = false;
+  CpuTensor* qkv_heads_ = nullptr;  // [3, B, H, T, hs] bf16
+  CpuTensor* p_ = nullptr;
+  CpuTensor* p_bf16_ = nullptr;     // null: p's copy in the op scratch
+  CpuTensor* ds_ = nullptr;
+  int64_t at_ds_ = 0, at_dkv_ = 0, at_p_ = 0;  // byte offsets in the op scratch
   MatmulCall scores_, out_, dv_, dp_, dq_, dk_;
 };
 
@@ -290,6 +479,8 @@ class CpuAttention final : public ActivationOp, public CpuOp {
 std::unique_ptr<ActivationOp> make_causal_attention(CpuBackend& be, const std::string& name,
                                                     CpuTensor* qkv, CpuTensor* dqkv,
                                                     int64_t batch, int64_t heads) {
+  if (be.precision() == Precision::bf16)
+    return std::make_unique<CpuAttentionBf16>(be, name, qkv, dqkv, batch, heads);
   return std::make_unique<CpuAttention>(be, name, qkv, dqkv, batch, heads);
 }
 

@@ -6,7 +6,8 @@
 // pass (no formula judging itself), with p kept or recomputed in the
 // backward pass; and causality: a change at the last
 // position leaves every earlier output as it was, bit for bit. The
-// backend's op (oneDNN matmuls) against these kernels.
+// backend's op (oneDNN matmuls) against these kernels, in fp32 and in bf16
+// (within bf16's rounding).
 #include "catch2_compat.h"
 
 #include <cmath>
@@ -15,6 +16,8 @@
 
 #include "engine/cpu/attention.h"
 #include "engine/cpu/cpu_backend.h"
+#include "op_test_util.h"
+#include "skip.h"
 #include "torch_fixtures.h"
 
 using namespace xrun;
@@ -133,33 +136,58 @@ TEST_CASE("attention: an output never sees a later position", "[attention]") {
     }
 }
 
+namespace {
+
+struct OpRun {
+  std::vector<float> y, dqkv;
+};
+
+// The backend's attention op (precision, probabilities kept or recomputed)
+// forward and backward on qkv and dy.
+OpRun run_op(const cpu::AttentionShape& s, Precision precision, bool recompute,
+             const std::vector<float>& qkv, const std::vector<float>& dy) {
+  const int64_t rows = s.batch * s.tokens, C = s.width;
+  cpu::CpuBackend be(2, precision);
+  if (recompute) be.attention_keep_bytes = 0;
+  Tensor* x = be.declare("qkv", {rows, 3 * C}, cpu::plain_md({rows, 3 * C}), TensorRole::activation);
+  Tensor* dx = be.declare("dqkv", {rows, 3 * C}, cpu::plain_md({rows, 3 * C}),
+                          TensorRole::activation_grad);
+  auto op = be.causal_attention("attn", x, dx, s.batch, s.heads);
+  be.allocate();
+  be.write(x, qkv);
+  op->forward();
+  OpRun r{std::vector<float>(rows * C), std::vector<float>(rows * 3 * C)};
+  be.read(op->y, r.y);
+  be.write(op->dy, dy);
+  op->backward();
+  be.read(dx, r.dqkv);
+  return r;
+}
+
+// A shape, its inputs and the double kernels' outputs on them.
+struct Reference {
+  cpu::AttentionShape s{2, 33, 3, 24};  // T not a multiple of any vector width
+  int64_t rows = s.batch * s.tokens, C = s.width;
+  std::vector<float> qkv = values("op.qkv", rows * 3 * C, 2.0);
+  std::vector<float> dy = values("op.dy", rows * C, 1.0);
+  std::vector<float> y = std::vector<float>(rows * C), dqkv = std::vector<float>(rows * 3 * C);
+  Reference() {
+    cpu::causal_attention_forward(s, qkv.data(), y.data(), nullptr);
+    cpu::causal_attention_backward(s, qkv.data(), nullptr, dy.data(), dqkv.data());
+  }
+};
+
+}  // namespace
+
 // The op (batched oneDNN matmuls on strided views, float softmax rows)
 // against the double kernels above, probabilities kept and recomputed.
 TEST_CASE("attention op: the CPU backend's matmul attention meets the double kernels",
           "[attention]") {
-  const cpu::AttentionShape s{2, 33, 3, 24};  // T not a multiple of any vector width
-  const int64_t rows = s.batch * s.tokens, C = s.width;
-  const std::vector<float> qkv = values("op.qkv", rows * 3 * C, 2.0);
-  const std::vector<float> dy = values("op.dy", rows * C, 1.0);
-  std::vector<float> y_ref(rows * C), dqkv_ref(rows * 3 * C);
-  cpu::causal_attention_forward(s, qkv.data(), y_ref.data(), nullptr);
-  cpu::causal_attention_backward(s, qkv.data(), nullptr, dy.data(), dqkv_ref.data());
+  const Reference ref;
+  const std::vector<float>&y_ref = ref.y, &dqkv_ref = ref.dqkv;
   for (const bool recompute : {false, true}) {
     INFO((recompute ? "probabilities recomputed" : "probabilities kept"));
-    cpu::CpuBackend be(2);
-    if (recompute) be.attention_keep_bytes = 0;
-    Tensor* x = be.declare("qkv", {rows, 3 * C}, cpu::plain_md({rows, 3 * C}), TensorRole::activation);
-    Tensor* dx = be.declare("dqkv", {rows, 3 * C}, cpu::plain_md({rows, 3 * C}),
-                            TensorRole::activation_grad);
-    auto op = be.causal_attention("attn", x, dx, s.batch, s.heads);
-    be.allocate();
-    be.write(x, qkv);
-    op->forward();
-    std::vector<float> y(rows * C), dqkv(rows * 3 * C);
-    be.read(op->y, y);
-    be.write(op->dy, dy);
-    op->backward();
-    be.read(dx, dqkv);
+    const auto [y, dqkv] = run_op(ref.s, Precision::fp32, recompute, ref.qkv, ref.dy);
     double y_err = 0, d_err = 0, d_max = 0;
     for (size_t i = 0; i < y.size(); ++i) y_err = std::max<double>(y_err, std::abs(y[i] - y_ref[i]));
     for (size_t i = 0; i < dqkv.size(); ++i) {
@@ -169,5 +197,40 @@ TEST_CASE("attention op: the CPU backend's matmul attention meets the double ker
     INFO("y error " << y_err << ", dqkv error " << d_err << " of " << d_max);
     CHECK(y_err < 2e-6);  // values up to 2: float sums of 24 products
     CHECK(d_err < 2e-6 * d_max);
+  }
+}
+
+// In bf16 runs the op multiplies bf16 copies of q, k, v, p, dy and ds (heads
+// made contiguous for oneDNN's AMX kernels), accumulating in fp32.
+TEST_CASE("attention op in bf16: the products on bf16 operands stay within bf16's rounding "
+          "of float64",
+          "[attention][bf16]") {
+  if (const std::string why = optest::no_cpu_bf16_kernels(); !why.empty()) XRUN_SKIP(why);
+  const Reference ref;
+  const int64_t C = ref.C;
+  // dqkv's q, k and v columns apart: a mix-up of two of them shows in one.
+  const auto part = [&](const std::vector<float>& d, int64_t which) {
+    std::vector<float> out;
+    for (int64_t r = 0; r < ref.rows; ++r)
+      out.insert(out.end(), d.begin() + r * 3 * C + which * C, d.begin() + r * 3 * C + which * C + C);
+    return out;
+  };
+  for (const bool recompute : {false, true}) {
+    INFO((recompute ? "probabilities recomputed" : "probabilities kept"));
+    const auto [y, dqkv] = run_op(ref.s, Precision::bf16, recompute, ref.qkv, ref.dy);
+    // bf16 operands (8 significant bits) give each product a relative error
+    // of a few 2^-9: NMSE 0.5e-5 to 1.5e-5 here against float64 (a softmax
+    // scale 1% off reads 5e-5 to 6e-5); fp32 operands give about 1e-13 (so
+    // a product left in fp32 shows as too small an error).
+    const std::pair<std::string, double> errors[] = {
+        {"y", optest::nmse(y, ref.y)},
+        {"dq", optest::nmse(part(dqkv, 0), part(ref.dqkv, 0))},
+        {"dk", optest::nmse(part(dqkv, 1), part(ref.dqkv, 1))},
+        {"dv", optest::nmse(part(dqkv, 2), part(ref.dqkv, 2))}};
+    for (const auto& [what, e] : errors) {
+      INFO(what << ": NMSE " << e << " against float64");
+      CHECK(e > 1e-9);
+      CHECK(e < 3e-5);
+    }
   }
 }

@@ -14,8 +14,8 @@
 
 #include "engine/cpu/bf16.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/device/device_info.h"
 #include "engine/trainer.h"
+#include "op_test_util.h"
 #include "skip.h"
 #include "test_util.h"
 #include "train_test_util.h"
@@ -24,13 +24,8 @@ using namespace xrun;
 
 namespace {
 
-// Why this CPU cannot run the cases ("" where it can): XRUN_SKIP returns
-// from the case itself, so each case calls it.
-std::string no_bf16_kernels() {
-  if (!bf16_kernels_for_isa(static_cast<unsigned>(dnnl_get_effective_cpu_isa())).empty()) return "";
-  return "this CPU has no oneDNN bf16 kernels (needs AVX512_BF16 or AMX; oneDNN's ISA here: " +
-         query_cpu().onednn_isa + ")";
-}
+using optest::nmse;
+using optest::no_cpu_bf16_kernels;
 
 std::vector<float> uniform(int64_t n, uint32_t seed, float scale = 1) {
   std::mt19937 g(seed);
@@ -70,15 +65,6 @@ void check_accumulated(const std::vector<float>& got, const std::vector<double>&
   for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
   INFO(what << ": worst " << worst << ", bound " << bound);
   CHECK(worst <= bound);
-}
-
-double nmse(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return num / den;
 }
 
 struct LayerRun {
@@ -133,7 +119,7 @@ struct Bf16Conv1D {
 
 TEST_CASE("gpt2 bf16: the GEMM layers multiply bf16-rounded operands with fp32 accumulation",
           "[gpt2][bf16]") {
-  if (const std::string why = no_bf16_kernels(); !why.empty()) XRUN_SKIP(why);
+  if (const std::string why = no_cpu_bf16_kernels(); !why.empty()) XRUN_SKIP(why);
   const int64_t rows = 48, in = 96, out = 80;
   for (const bool tied : {false, true}) {
     INFO((tied ? "tied layer" : "Conv1D"));
@@ -164,7 +150,7 @@ TEST_CASE("gpt2 bf16: the GEMM layers multiply bf16-rounded operands with fp32 a
 }
 
 TEST_CASE("gpt2 bf16: the weight's bf16 copy follows every write of the weight", "[gpt2][bf16]") {
-  if (const std::string why = no_bf16_kernels(); !why.empty()) XRUN_SKIP(why);
+  if (const std::string why = no_cpu_bf16_kernels(); !why.empty()) XRUN_SKIP(why);
   const int64_t rows = 8, in = 32, out = 16;
   Bf16Conv1D layer(rows, in, out, false);
   auto& [be, emb, op, opt] = layer;
@@ -188,7 +174,7 @@ TEST_CASE("gpt2 bf16: the weight's bf16 copy follows every write of the weight",
 
 TEST_CASE("gpt2 bf16: a small GPT-2 learns a text in bf16, its first steps on fp32's curve",
           "[gpt2][bf16][train]") {
-  if (const std::string why = no_bf16_kernels(); !why.empty()) XRUN_SKIP(why);
+  if (const std::string why = no_cpu_bf16_kernels(); !why.empty()) XRUN_SKIP(why);
   xrun_test::ScratchDir dir;
   std::string text;
   for (int i = 0; i < 40; ++i) text += "the quick brown fox jumps over the lazy dog. ";
@@ -230,7 +216,7 @@ TEST_CASE("gpt2 bf16: a small GPT-2 learns a text in bf16, its first steps on fp
 
 TEST_CASE("gpt2 bf16: AdamW writes the parameters' bf16 copy as it updates them, the layers read it",
           "[gpt2][bf16]") {
-  if (const std::string why = no_bf16_kernels(); !why.empty()) XRUN_SKIP(why);
+  if (const std::string why = no_cpu_bf16_kernels(); !why.empty()) XRUN_SKIP(why);
   const int64_t rows = 8, in = 32, out = 16;
   Bf16Conv1D layer(rows, in, out, true);
   auto& [be, emb, op, opt] = layer;

@@ -1,7 +1,8 @@
 // tests/engine/op_test_util.h: helpers shared by the CPU op tests and the
 // gradient checks: portable random values, canonical read/write of backend
-// tensors, and an element-by-element comparison against the double-precision
-// reference that reports the worst element when it fails.
+// tensors, an element-by-element comparison against the double-precision
+// reference that reports the worst element when it fails, and why a case
+// needing oneDNN's bf16 kernels cannot run here.
 #pragma once
 
 #include "catch2_compat.h"
@@ -16,7 +17,10 @@
 #include <string>
 #include <vector>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include "engine/backend.h"
+#include "engine/device/device_info.h"
 #include "reference_ops.h"
 
 namespace xrun::optest {
@@ -113,6 +117,25 @@ inline void check_close(const std::string& family, const std::string& what,
             << (worst_i >= 0 ? got[worst_i] : 0.0f) << ", want "
             << (worst_i >= 0 ? want[worst_i] : 0.0) << ", |err| " << worst_abs);
   CHECK(bad == 0);
+}
+
+// Normalised mean squared error of `got` against `want`: sum (got - want)^2
+// / sum want^2, in double.
+inline double nmse(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return num / den;
+}
+
+// Why this CPU cannot run oneDNN's bf16 kernels ("" where it can), for
+// XRUN_SKIP (which returns from the case itself, so each case calls it).
+inline std::string no_cpu_bf16_kernels() {
+  if (!bf16_kernels_for_isa(static_cast<unsigned>(dnnl_get_effective_cpu_isa())).empty()) return "";
+  return "this CPU has no oneDNN bf16 kernels (needs AVX512_BF16 or AMX; oneDNN's ISA here: " +
+         query_cpu().onednn_isa + ")";
 }
 
 }  // namespace xrun::optest
