@@ -317,9 +317,9 @@ class CpuAttention final : public CpuAttentionBase {
 // contiguous) operands: q, k and v are copied out of qkv head by head into
 // [B, H, T, hs] bf16 (kept for the backward pass), as dy is there. The
 // softmax and its backward stay fp32 on fp32 scores; p and ds are rounded
-// to bf16 for the products in the same row loops. dk and dv (transposed
-// left operands: oneDNN 2.6 has no AMX kernel writing them into qkv's
-// strided columns) go through a plain fp32 block, then into dqkv.
+// to bf16 for the products in the same row loops. dq, dk and dv go through
+// a plain fp32 block, then into dqkv (oneDNN 2.6 has no AMX kernel writing
+// into qkv's strided columns: it ran dq there in gemm:jit).
 
 // dst [parts, B, H, T, hs] (bf16) = columns [part C, part C + C) of src's
 // [B*T, row] rows, head by head.
@@ -339,10 +339,10 @@ void split_heads_bf16(const float* src, int64_t row, int64_t parts, const Attent
         }
 }
 
-// Columns [first_part C, (first_part + parts) C) of dst's [B*T, row] rows =
-// src [parts, B, H, T, hs], head by head (the inverse of split_heads).
-void merge_heads(const float* src, int64_t parts, const AttentionShape& s, int64_t row,
-                 int64_t first_part, float* dst) {
+// Columns [0, parts C) of dst's [B*T, parts C] rows = src [parts, B, H,
+// T, hs], head by head (the inverse of split_heads).
+void merge_heads(const float* src, int64_t parts, const AttentionShape& s, float* dst) {
+  const int64_t row = parts * s.width;
   const int64_t B = s.batch, T = s.tokens, H = s.heads, C = s.width, hs = s.head_size();
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
@@ -350,7 +350,7 @@ void merge_heads(const float* src, int64_t parts, const AttentionShape& s, int64
       for (int64_t part = 0; part < parts; ++part)
         for (int64_t h = 0; h < H; ++h)
           std::copy_n(src + (((part * B + b) * H + h) * T + t) * hs, hs,
-                      dst + (b * T + t) * row + (first_part + part) * C + h * hs);
+                      dst + (b * T + t) * row + part * C + h * hs);
 }
 
 class CpuAttentionBf16 final : public CpuAttentionBase {
@@ -373,12 +373,12 @@ class CpuAttentionBf16 final : public CpuAttentionBase {
       p_bf16_ = be.declare(name + ".p_bf16", block, plain_md(block, dt::bf16), TensorRole::workspace);
     if (dqkv) ds_ = be.shared_scratch("attention.ds", block);
     // The op scratch, live inside one call: dy's heads (bf16), ds's copy
-    // (bf16), dk and dv (fp32), then p's copy where not kept.
+    // (bf16), dq, dk and dv (fp32), then p's copy where not kept.
     const auto aligned = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
     const int64_t heads_bf16 = aligned(B * T * C * 2), block_bf16 = aligned(B * H * T * T * 2);
     at_ds_ = heads_bf16;
-    at_dkv_ = at_ds_ + block_bf16;
-    at_p_ = dqkv ? at_dkv_ + aligned(2 * B * T * C * 4) : 0;
+    at_dqkv_ = at_ds_ + block_bf16;
+    at_p_ = dqkv ? at_dqkv_ + aligned(3 * B * T * C * 4) : 0;
     be.need_op_scratch(static_cast<size_t>(at_p_ + (recompute_ ? block_bf16 : 0)));
 
     const memory::desc hd = plain_md({B, H, T, hs}, dt::bf16);
@@ -386,16 +386,14 @@ class CpuAttentionBf16 final : public CpuAttentionBase {
     const memory::desc hd_f32 = plain_md({B, H, T, hs});
     const memory::desc blk = plain_md(block), blk_bf16 = plain_md(block, dt::bf16);
     const memory::desc blk_bf16_t({B, H, T, T}, dt::bf16, memory::dims{H * T * T, T * T, 1, T});
-    // y's and dq's heads inside their [B*T, C] and [B*T, 3C] rows.
-    const auto rows_view = [&](int64_t row) {
-      return memory::desc({B, H, T, hs}, dt::f32, memory::dims{T * row, hs, row, 1});
-    };
+    // y's heads inside its [B*T, C] rows.
+    const memory::desc y_rows({B, H, T, hs}, dt::f32, memory::dims{T * C, hs, C, 1});
     scores_.make(be, "attention matmul", hd, hd_t, blk);
-    out_.make(be, "attention matmul", blk_bf16, hd, rows_view(C));
+    out_.make(be, "attention matmul", blk_bf16, hd, y_rows);
     if (dqkv) {
       dv_.make(be, "attention matmul", blk_bf16_t, hd, hd_f32);
       dp_.make(be, "attention matmul", hd, hd_t, blk);
-      dq_.make(be, "attention matmul", blk_bf16, hd, rows_view(3 * C));
+      dq_.make(be, "attention matmul", blk_bf16, hd, hd_f32);
       dk_.make(be, "attention matmul", blk_bf16_t, hd, hd_f32);
     }
     be.note_kernel("attention softmax", recompute_ ? "xrun:causal_rows_recompute_p_bf16"
@@ -413,11 +411,11 @@ class CpuAttentionBf16 final : public CpuAttentionBase {
       char* scratch = be_.op_scratch();
       const auto* dyh = reinterpret_cast<const bf16_t*>(scratch);
       const auto* dsb = reinterpret_cast<const bf16_t*>(scratch + at_ds_);
-      float* dkv = reinterpret_cast<float*>(scratch + at_dkv_);  // [dk; dv]
-      dv_.bind(be_, pb, dyh, dkv + n);
+      float* d = reinterpret_cast<float*>(scratch + at_dqkv_);  // [dq; dk; dv]
+      dv_.bind(be_, pb, dyh, d + 2 * n);
       dp_.bind(be_, dyh, v, f(ds_));
-      dq_.bind(be_, dsb, k, f(dqkv_));
-      dk_.bind(be_, dsb, q, dkv);
+      dq_.bind(be_, dsb, k, d);
+      dk_.bind(be_, dsb, q, d + n);
     }
   }
 
@@ -444,8 +442,7 @@ class CpuAttentionBf16 final : public CpuAttentionBase {
       causal_softmax_backward_row(p + r * T, ds + r * T, r % T, T, scale, dsb + r * T);
     dq_.run(be_);
     dk_.run(be_);
-    merge_heads(reinterpret_cast<const float*>(scratch + at_dkv_), 2, shape_, 3 * shape_.width, 1,
-                f(dqkv_));
+    merge_heads(reinterpret_cast<const float*>(scratch + at_dqkv_), 3, shape_, f(dqkv_));
   }
 
  private:
@@ -470,7 +467,7 @@ class CpuAttentionBf16 final : public CpuAttentionBase {
   CpuTensor* p_ = nullptr;
   CpuTensor* p_bf16_ = nullptr;     // null: p's copy in the op scratch
   CpuTensor* ds_ = nullptr;
-  int64_t at_ds_ = 0, at_dkv_ = 0, at_p_ = 0;  // byte offsets in the op scratch
+  int64_t at_ds_ = 0, at_dqkv_ = 0, at_p_ = 0;  // byte offsets in the op scratch
   MatmulCall scores_, out_, dv_, dp_, dq_, dk_;
 };
 
