@@ -28,8 +28,15 @@ char* zeroed_alloc(size_t bytes) {
   void* p = std::aligned_alloc(kAlign, round_up(bytes));
   if (!p) throw std::runtime_error("cpu backend: out of memory allocating " +
                                    std::to_string(bytes) + " bytes");
-  std::memset(p, 0, round_up(bytes));
-  return static_cast<char*>(p);
+  // Zeroed (and so touched: a plan the machine cannot hold fails here, not
+  // mid-run) in 2 MiB pieces across the threads: the kernel's page faults
+  // run in parallel.
+  char* base = static_cast<char*>(p);
+  const size_t n = round_up(bytes);
+  constexpr size_t kPiece = size_t{2} << 20;
+#pragma omp parallel for schedule(static) if (n > kPiece)
+  for (size_t at = 0; at < n; at += kPiece) std::memset(base + at, 0, std::min(kPiece, n - at));
+  return base;
 }
 }  // namespace
 
