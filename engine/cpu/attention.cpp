@@ -212,6 +212,25 @@ class CpuAttentionBase : public ActivationOp, public CpuOp {
     dy = be.declare(name + ".dy", {rows, c}, plain_md({rows, c}), TensorRole::activation_grad);
   }
   static float* f(Tensor* t) { return static_cast<float*>(t->data); }
+  // Every [T, T] row of p: the causal softmax of the scores in place (and
+  // each row rounded to bf16 into `copy`, where given).
+  void softmax_rows(float* p, bf16_t* copy) const {
+    const int64_t T = shape_.tokens, pairs = shape_.batch * shape_.heads;
+    const float scale = softmax_scale();
+#pragma omp parallel for
+    for (int64_t r = 0; r < pairs * T; ++r)
+      causal_softmax_row(p + r * T, r % T, T, scale, copy ? copy + r * T : nullptr);
+  }
+  // Every row of ds: the softmax's backward in place of dp (and rounded to
+  // bf16 into `copy`, where given).
+  void softmax_backward_rows(const float* p, float* ds, bf16_t* copy) const {
+    const int64_t T = shape_.tokens, pairs = shape_.batch * shape_.heads;
+    const float scale = softmax_scale();
+#pragma omp parallel for
+    for (int64_t r = 0; r < pairs * T; ++r)
+      causal_softmax_backward_row(p + r * T, ds + r * T, r % T, T, scale,
+                                  copy ? copy + r * T : nullptr);
+  }
   float softmax_scale() const { return 1.0f / std::sqrt(static_cast<float>(shape_.head_size())); }
 
   CpuBackend& be_;
@@ -282,13 +301,7 @@ class CpuAttention final : public CpuAttentionBase {
     if (recompute_) probabilities();
     dv_.run(be_);
     dp_.run(be_);
-    const int64_t T = shape_.tokens, pairs = shape_.batch * shape_.heads;
-    const float scale = softmax_scale();
-    const float* p = f(p_);
-    float* ds = f(ds_);
-#pragma omp parallel for
-    for (int64_t r = 0; r < pairs * T; ++r)
-      causal_softmax_backward_row(p + r * T, ds + r * T, r % T, T, scale);
+    softmax_backward_rows(f(p_), f(ds_), nullptr);
     dq_.run(be_);
     dk_.run(be_);
   }
@@ -297,11 +310,7 @@ class CpuAttention final : public CpuAttentionBase {
 
   void probabilities() {
     scores_.run(be_);
-    const int64_t T = shape_.tokens, pairs = shape_.batch * shape_.heads;
-    const float scale = softmax_scale();
-    float* p = f(p_);
-#pragma omp parallel for
-    for (int64_t r = 0; r < pairs * T; ++r) causal_softmax_row(p + r * T, r % T, T, scale);
+    softmax_rows(f(p_), nullptr);
   }
 
   bool recompute_ = false;
@@ -432,14 +441,7 @@ class CpuAttentionBf16 final : public CpuAttentionBase {
     split_heads_bf16(f(dy), shape_.width, 1, shape_, reinterpret_cast<bf16_t*>(scratch));
     dv_.run(be_);
     dp_.run(be_);
-    const int64_t T = shape_.tokens, pairs = shape_.batch * shape_.heads;
-    const float* p = f(p_);
-    float* ds = f(ds_);
-    auto* dsb = reinterpret_cast<bf16_t*>(scratch + at_ds_);
-    const float scale = softmax_scale();
-#pragma omp parallel for
-    for (int64_t r = 0; r < pairs * T; ++r)
-      causal_softmax_backward_row(p + r * T, ds + r * T, r % T, T, scale, dsb + r * T);
+    softmax_backward_rows(f(p_), f(ds_), reinterpret_cast<bf16_t*>(scratch + at_ds_));
     dq_.run(be_);
     dk_.run(be_);
     merge_heads(reinterpret_cast<const float*>(scratch + at_dqkv_), 3, shape_, f(dqkv_));
@@ -454,12 +456,7 @@ class CpuAttentionBf16 final : public CpuAttentionBase {
 
   void probabilities() {
     scores_.run(be_);
-    const int64_t T = shape_.tokens, pairs = shape_.batch * shape_.heads;
-    const float scale = softmax_scale();
-    float* p = f(p_);
-    bf16_t* pb = p_bf16();
-#pragma omp parallel for
-    for (int64_t r = 0; r < pairs * T; ++r) causal_softmax_row(p + r * T, r % T, T, scale, pb + r * T);
+    softmax_rows(f(p_), p_bf16());
   }
 
   bool recompute_ = false;
