@@ -27,10 +27,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/sha256.h"
 #include "runner/atomic_file.h"
 #include "runner/commands.h"
 #include "runner/experiment.h"
-#include "runner/sha256.h"
 #include "runner/slurm.h"
 #include "runner/subprocess.h"
 

@@ -1,14 +1,22 @@
-// tests/config/sha256_test.cpp: the self-contained SHA-256 of runner/hash.cpp
+// tests/config/sha256_test.cpp: the self-contained SHA-256 of core/sha256.h
 // (the frozen experiment copies of `xrun submit` are named by it) against
 // the FIPS 180-4 examples and every padding case: a tail that fits in the
-// last block, one that needs a second block, and whole blocks.
+// last block, one that needs a second block, and whole blocks; its HMAC (the
+// ranks' proof that they hold the run's secret) against RFC 4231.
 #include "catch2_compat.h"
 
 #include <string>
 
-#include "runner/sha256.h"
+#include "core/sha256.h"
 
 using xrun::sha256_hex;
+
+namespace {
+std::string hmac_hex(const std::string& key, const std::string& message) {
+  const xrun::Sha256Digest d = xrun::hmac_sha256(key, message);
+  return xrun::to_hex(d.data(), d.size());
+}
+}  // namespace
 
 TEST_CASE("SHA-256: the FIPS 180-4 examples", "[config][hash][sha256]") {
   CHECK(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
@@ -40,4 +48,15 @@ TEST_CASE("SHA-256: lengths around the block and padding boundaries", "[config][
   // Bytes with the high bit set are bytes, not signed chars.
   CHECK(sha256_hex(std::string("\xff", 1)) ==
         "a8100ae6aa1940d0b663bb31cd466142ebbdbd5187131b92d93818987832eb89");
+}
+
+TEST_CASE("HMAC-SHA-256: the RFC 4231 test cases", "[config][hash][sha256]") {
+  // Test case 1: a 20-byte key; 2: a key shorter than the digest; 6: a key
+  // longer than the block, hashed first.
+  CHECK(hmac_hex(std::string(20, '\x0b'), "Hi There") ==
+        "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  CHECK(hmac_hex("Jefe", "what do ya want for nothing?") ==
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  CHECK(hmac_hex(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First") ==
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
 }
