@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "engine/distributed/communicator.h"
+
 namespace xrun::cli {
 
 int planned_ranks(const RunSpec& spec) { return spec.config.at("train").at("ranks").get<int>(); }
@@ -45,6 +47,11 @@ RendezvousDir::RendezvousDir(const std::string& beside) {
   std::error_code ec;
   path_ = fs::absolute(pattern, ec).string();
   if (ec) path_ = pattern;
+  try {
+    dist::write_rank_secret(path_);  // before any rank starts: what the ranks prove they hold
+  } catch (const std::exception& e) {
+    error_ = e.what();
+  }
 }
 
 RendezvousDir::~RendezvousDir() {

@@ -5,7 +5,8 @@
 // XRUN_RANK_TIMEOUT_S; engine/distributed/communicator.h reads them), each
 // on its own share of the CPU cores, their output prefixed "[rank R]". Rank 0
 // stores the run; the others only train. They meet in a fresh directory
-// beside the store (gloo's FileStore), never on a fixed port.
+// beside the store (gloo's FileStore), never on a fixed port, and prove to
+// each other that they hold the secret written there.
 #pragma once
 
 #include <string>
@@ -35,8 +36,9 @@ struct RankLaunch {
 std::vector<ChildRun> rank_children(const RankLaunch& launch, int run_index);
 
 // A fresh rendezvous directory ".xrun-ranks-XXXXXX" in `beside`'s folder
-// (the store's: a folder every rank can see), removed with its contents
-// when this object ends. ok() false, with error(), when it cannot be made.
+// (the store's: a folder every rank can see; mode 0700) holding the run's
+// secret (dist::write_rank_secret), removed with its contents when this
+// object ends. ok() false, with error(), when it cannot be made.
 class RendezvousDir {
  public:
   explicit RendezvousDir(const std::string& beside);

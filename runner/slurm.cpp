@@ -106,7 +106,7 @@ std::string slurm_batch_script(const SlurmJob& job) {
   if (!job.ranked) return s + "exec " + command + "\n";
   // The ranks: one srun task each, told their rank by Slurm (SLURM_PROCID),
   // meeting in a folder of this array task's own on the shared results
-  // folder; srun ends the others when one fails and labels each line of the
+  // folder (mode 0700, with the run's secret); srun ends the others when one fails and labels each line of the
   // log with its rank ("1: ...").
   s += "# " + std::to_string(job.ranks) +
        " ranks: srun starts one task per rank; rank 0 stores the run.\n";
@@ -114,7 +114,10 @@ std::string slurm_batch_script(const SlurmJob& job) {
   s += "export XRUN_RENDEZVOUS=" + shell_quote(job.results) +
        "/rendezvous-\"$SLURM_ARRAY_JOB_ID\"_\"$SLURM_ARRAY_TASK_ID\"\n";
   s += "rm -rf \"$XRUN_RENDEZVOUS\"\n";
-  s += "mkdir -p \"$XRUN_RENDEZVOUS\"\n";
+  s += "mkdir -p -m 700 \"$XRUN_RENDEZVOUS\"\n";
+  // The run's secret, which every rank proves it holds before any data is
+  // exchanged (only the user can read the folder; the file is 0600).
+  s += "(umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \\n' > \"$XRUN_RENDEZVOUS/secret\")\n";
   s += "trap 'rm -rf \"$XRUN_RENDEZVOUS\"' EXIT\n";
   s += "srun --kill-on-bad-exit=1 --label " + command + "\n";
   return s;

@@ -3,6 +3,10 @@
 // gloo between CPU processes (gloo_communicator.cpp, TCP, rendezvous through
 // a directory every rank can see), NCCL between GPUs (nccl_communicator.cpp,
 // the library loaded at run time) and a one-rank stand-in that does nothing.
+// What keeps other processes out: the run's secret (rank_secret.cpp), which
+// every gloo rank proves it holds before any data is exchanged, and NCCL's
+// unique id (its bootstrap checks the id's random magic), both in the
+// rendezvous folder only the user can read.
 // Every call is collective: each rank makes the same calls in the same order
 // with the same sizes, or the run hangs until the timeout.
 #pragma once
@@ -13,6 +17,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace xrun::dist {
 
@@ -76,7 +81,29 @@ struct RankInfo {
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
   bool launched = false;  // told by a launcher (xrun run's, or Slurm's srun)
   bool timeout_given = false;  // XRUN_RANK_TIMEOUT_S was set (else the run's own)
+  // The run's secret; "" = read it from the rendezvous folder's "secret" at
+  // connect (read_rank_secret). Set here only by tests (an impostor's).
+  std::string secret;
 };
+
+// The run's secret: 32 random bytes as 64 hex digits in "secret" in the
+// rendezvous folder (created 0600, never replaced), written by whoever makes
+// the folder before any rank starts: `xrun run`'s launcher (RendezvousDir),
+// the batch script of `xrun submit` (a folder per job, mode 0700), doctor
+// --allreduce. CommError when it cannot be written.
+void write_rank_secret(const std::string& rendezvous);
+// The secret as written; CommError naming the file and what is wrong when it
+// is missing, not a regular file, another user's, readable or writable by
+// others (any of mode 077), or not 32-128 characters.
+std::string read_rank_secret(const std::string& rendezvous);
+// What rank `from` answers rank `to`'s challenge `nonce` with: HMAC-SHA-256
+// under the secret of both ranks' numbers and the nonce (32 bytes). Bound to
+// the direction, so a proof cannot be replayed on another pair or reflected.
+std::string rank_proof(const std::string& secret, int from, int to, std::string_view nonce);
+// Whether two proofs are equal, in time independent of where they differ.
+bool same_proof(std::string_view a, std::string_view b);
+// `n` bytes from the kernel's random source (getrandom).
+std::string random_bytes(size_t n);
 
 // The ranks as the environment names them (XRUN_RANK, XRUN_WORLD_SIZE,
 // XRUN_RENDEZVOUS, XRUN_RANK_HOST, XRUN_RANK_TIMEOUT_S: set by `xrun run`'s
@@ -98,9 +125,14 @@ std::string address_problem(const std::string& host);
 void leave_pid_file(const RankInfo& info);
 
 // Joins the others through gloo over TCP (blocks until every rank has
-// joined or the timeout passes: CommError). Each rank also leaves
-// "rank-R.pid" (host and process id) in the rendezvous directory, so a
-// failed collective can say which ranks are gone.
+// joined or the timeout passes: CommError). Then, before any data, every
+// rank challenges every other with a fresh nonce and checks its rank_proof:
+// a process that connected to a rank's port first (gloo takes the first
+// connection as the peer) fails the join with a CommError that says so. A
+// message gloo cannot take (a stranger's, on a port it won) ends the rank
+// with exit code 1 and a message saying so, never an abort. Each rank also
+// leaves "rank-R.pid" (host and process id) in the rendezvous directory, so
+// a failed collective can say which ranks are gone.
 std::unique_ptr<Communicator> connect_gloo(const RankInfo& info);
 
 // Joins the others through NCCL on CUDA device `device` (this process's

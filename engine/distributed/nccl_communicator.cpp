@@ -253,6 +253,9 @@ ncclUniqueId share_unique_id(const RankInfo& info) {
       if (!out) throw CommError("cannot write NCCL's unique id to " + tmp.string());
     }
     std::error_code ec;
+    // The id holds the magic NCCL's bootstrap checks every connection for:
+    // the user's alone, as the folder (0700) is.
+    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write, ec);
     fs::rename(tmp, file, ec);
     if (ec) throw CommError("cannot write NCCL's unique id to " + file.string() + ": " + ec.message());
     return id;

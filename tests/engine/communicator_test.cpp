@@ -3,10 +3,24 @@
 // this process meeting in a scratch folder: sums of floats and doubles on
 // every rank, text and rank records gathered in rank order, a rank that
 // never joins failing the other after the timeout, the environment a rank
-// is launched with, and nccl-tests' bus bandwidth arithmetic.
+// is launched with, and nccl-tests' bus bandwidth arithmetic. Who may join:
+// a process that speaks gloo but lacks the run's secret is refused before
+// any data, the secret file's own checks, and a stranger's malformed message
+// on a rank's port ends that rank with exit code 1, not an abort.
 #include "catch2_compat.h"
 
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -38,6 +52,7 @@ RankInfo info(int rank, int size, const std::string& dir, int timeout_s = 20) {
 // Runs `body(comm)` on ranks 0 and 1 at once; rethrows a rank's exception.
 template <typename Body>
 void on_two_ranks(const std::string& dir, Body body) {
+  write_rank_secret(dir);
   std::exception_ptr failed[2];
   std::thread ranks[2];
   for (int r = 0; r < 2; ++r)
@@ -111,6 +126,7 @@ TEST_CASE("gloo: sums, gathers and a barrier between two ranks", "[distributed][
 TEST_CASE("gloo: a rank that never joins fails the other after the timeout",
           "[distributed][gloo]") {
   xrun_test::ScratchDir dir;
+  write_rank_secret(dir.str());
   const auto start = std::chrono::steady_clock::now();
   try {
     connect_gloo(info(0, 2, dir.str(), 1));
@@ -121,6 +137,198 @@ TEST_CASE("gloo: a rank that never joins fails the other after the timeout",
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(took >= 0.9);
   CHECK(took < 15);
+}
+
+TEST_CASE("gloo: a process that speaks gloo but lacks the run's secret cannot take a rank's place",
+          "[distributed][gloo][security]") {
+  // The strongest impostor: a real gloo rank 1, meeting rank 0 through the
+  // same rendezvous, with every message right but another secret.
+  xrun_test::ScratchDir dir;
+  write_rank_secret(dir.str());
+  std::string errors[2];
+  bool joined[2] = {false, false};
+  std::thread ranks[2];
+  for (int r = 0; r < 2; ++r)
+    ranks[r] = std::thread([&, r] {
+      RankInfo i = info(r, 2, dir.str(), 20);
+      if (r == 1) i.secret = std::string(64, 'a');  // not the run's
+      try {
+        std::unique_ptr<Communicator> comm = connect_gloo(i);
+        joined[r] = true;
+        float x = 1.0f;
+        comm->all_reduce_sum(&x, 1);
+      } catch (const CommError& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  CHECK_FALSE(joined[0]);
+  CHECK_FALSE(joined[1]);
+  CHECK_THAT(errors[0], Contains("rank 0 of 2 refused to join: the process connected as rank 1 did "
+                                 "not prove it holds this run's secret") &&
+                            Contains(dir.str() + "/secret") &&
+                            Contains("before any data was exchanged"));
+  // The impostor cannot tell the real rank's proof from a wrong one either.
+  CHECK_THAT(errors[1], Contains("connected as rank 0 did not prove"));
+}
+
+TEST_CASE("ranks: the run's secret is written once, private, and refused when anyone could read it",
+          "[distributed][security]") {
+  xrun_test::ScratchDir dir;
+  CHECK_THROWS_WITH(read_rank_secret(dir.str()),
+                    Contains("cannot read the ranks' secret " + dir.str() + "/secret") &&
+                        Contains("xrun submit"));
+  write_rank_secret(dir.str());
+  struct stat st {};
+  REQUIRE(::stat((dir.str() + "/secret").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  const std::string secret = read_rank_secret(dir.str());
+  CHECK(secret.size() == 64);
+  CHECK(secret.find_first_not_of("0123456789abcdef") == std::string::npos);
+  // Never replaced: a second write fails rather than change a secret ranks
+  // may already have read.
+  CHECK_THROWS_WITH(write_rank_secret(dir.str()), Contains("cannot create the ranks' secret"));
+  // Two folders, two secrets.
+  xrun_test::ScratchDir other;
+  write_rank_secret(other.str());
+  CHECK(read_rank_secret(other.str()) != secret);
+
+  ::chmod((dir.str() + "/secret").c_str(), 0644);
+  CHECK_THROWS_WITH(read_rank_secret(dir.str()),
+                    Contains("can be read or written by others (mode 0644; it must be 0600)"));
+  ::chmod((dir.str() + "/secret").c_str(), 0600);
+  xrun_test::write_bytes(dir.str() + "/secret", std::string("abc\n"));
+  CHECK_THROWS_WITH(read_rank_secret(dir.str()), Contains("holds 3 characters"));
+  std::filesystem::remove(dir.str() + "/secret");
+  REQUIRE(::mkfifo((dir.str() + "/secret").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(read_rank_secret(dir.str()), Contains("is not a regular file"));  // no hang
+  // The proofs: bound to the secret, the direction and the nonce.
+  const std::string nonce(32, 'n');
+  CHECK(same_proof(rank_proof(secret, 1, 0, nonce), rank_proof(secret, 1, 0, nonce)));
+  CHECK_FALSE(same_proof(rank_proof(secret, 1, 0, nonce), rank_proof(secret, 0, 1, nonce)));
+  CHECK_FALSE(same_proof(rank_proof(secret, 1, 0, nonce), rank_proof(secret, 1, 0, "m" + nonce.substr(1))));
+  CHECK_FALSE(same_proof(rank_proof(secret, 1, 0, nonce), rank_proof(secret + "0", 1, 0, nonce)));
+}
+
+namespace {
+
+// The TCP ports process `pid` listens on (its sockets in /proc/net/tcp in
+// state LISTEN): what a stranger watching the machine finds.
+std::vector<int> listening_ports(pid_t pid) {
+  std::vector<std::string> inodes;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (target.rfind("socket:[", 0) == 0) inodes.push_back(target.substr(8, target.size() - 9));
+  }
+  std::vector<int> ports;
+  std::ifstream tcp("/proc/net/tcp");
+  std::string line;
+  std::getline(tcp, line);
+  while (std::getline(tcp, line)) {
+    std::istringstream in(line);
+    std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+    in >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+    if (state != "0A") continue;
+    for (const std::string& i : inodes)
+      if (i == inode) ports.push_back(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
+  }
+  return ports;
+}
+
+}  // namespace
+
+TEST_CASE("gloo: a stranger's malformed message on a rank's port ends the rank with exit 1, no abort",
+          "[distributed][gloo][security]") {
+  // Rank 0 of 2 in a child process; this process plays the stranger who
+  // connects to its port first and sends one gloo header (opcode 1, a slot
+  // nobody uses): Debian's gloo throws on its own thread, which used to
+  // abort the rank (SIGABRT).
+  xrun_test::ScratchDir dir;
+  write_rank_secret(dir.str());
+  const std::string log = dir.str() + "/rank0.log";
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 2);
+    try {
+      connect_gloo(info(0, 2, dir.str(), 5));
+      std::fprintf(stderr, "joined\n");
+      std::_Exit(3);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "CommError: %s\n", e.what());
+      std::_Exit(2);
+    }
+  }
+  std::vector<int> ports;
+  for (int i = 0; i < 400 && ports.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    ports = listening_ports(child);
+  }
+  REQUIRE(ports.size() == 1);
+  const int sock = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(ports[0]));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(sock, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
+  // nbytes, opcode, slot, offset, length, roffset, then 8 bytes of payload.
+  const uint64_t message[7] = {56, 1, 0xdeadbeef, 0, 8, 0, 0};
+  REQUIRE(::send(sock, message, sizeof message, 0) == 56);
+  int status = 0;
+  for (int i = 0; i < 1200; ++i) {  // at most 60 s
+    if (::waitpid(child, &status, WNOHANG) == child) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (i == 1199) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &status, 0);
+      FAIL("rank 0 still waits 60 s after the stranger's message");
+    }
+  }
+  ::close(sock);
+  std::ifstream in(log);
+  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(said);
+  REQUIRE(WIFEXITED(status));  // not killed by SIGABRT
+  if (WEXITSTATUS(status) == 1) {
+    // Debian 12's gloo (a listening socket per pair) read the header on its
+    // own thread and threw: the rank says so and stops.
+    CHECK_THAT(said, Contains("xrun: rank 0: the collectives' connection thread (gloo) failed") &&
+                         Contains("a process that is not one of the run's ranks"));
+  } else {
+    // A gloo that reads a connection's pair number first (one listening
+    // socket per device) never took the stranger as a pair: the join failed
+    // with a CommError after the timeout.
+    CHECK(WEXITSTATUS(status) == 2);
+    CHECK_THAT(said, Contains("CommError: rank 0 of 2"));
+  }
+}
+
+TEST_CASE("gloo: the rank's timeout governs the join, not gloo's 30 s default", "[distributed][gloo]") {
+  // Rank 0 starts 33 s after rank 1; the timeout is 60 s (gloo's FileStore
+  // made rank 1 give up on rank 0's address after 30 s whatever the
+  // timeout: "Wait timeout for key(s): rank_0").
+  xrun_test::ScratchDir dir;
+  write_rank_secret(dir.str());
+  std::exception_ptr failed[2];
+  float sums[2] = {1.0f, 2.0f};
+  std::thread ranks[2];
+  for (int r = 0; r < 2; ++r)
+    ranks[r] = std::thread([&, r] {
+      if (r == 0) std::this_thread::sleep_for(std::chrono::seconds(33));
+      try {
+        std::unique_ptr<Communicator> comm = connect_gloo(info(r, 2, dir.str(), 60));
+        comm->all_reduce_sum(&sums[r], 1);
+      } catch (...) {
+        failed[r] = std::current_exception();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (auto& f : failed)
+    if (f) std::rethrow_exception(f);
+  CHECK(sums[0] == 3.0f);
+  CHECK(sums[1] == 3.0f);
 }
 
 TEST_CASE("ranks: the environment a launched rank reads", "[distributed]") {
@@ -348,6 +556,7 @@ TEST_CASE("allreduce probe: sizes from 1 MiB by 4, each timed with nccl-tests' b
   CHECK(allreduce_sizes(0) == std::vector<size_t>{1 << 20});
   CHECK(allreduce_sizes(5 << 20) == std::vector<size_t>{1 << 20, 4 << 20});
   xrun_test::ScratchDir dir;
+  write_rank_secret(dir.str());
   const auto samples = measure_allreduce(3, {1 << 20, 4 << 20}, 2, dir.str());
   REQUIRE(samples.size() == 2);
   for (const AllreduceSample& s : samples) {
