@@ -495,6 +495,12 @@ TrainResult train(const RunConfig& cfg, RunObserver& observers, const TrainConte
   result.environment.fields["parameters"] = std::to_string(run.model->parameter_count());
   // What the throughput counts (progress lines, `show`): a GPT-2 run's tokens.
   result.environment.fields["throughput_unit"] = cfg.model.is_gpt2() ? "tokens/s" : "images/s";
+  // What identifies the data where data.path does not (compare matches on
+  // it): a file-backed source's content; synthetic data is its settings.
+  if (cfg.data.source != "synthetic")
+    result.environment.fields["data_fingerprint"] =
+        data::dataset_fingerprint(*run.train_set) +
+        (run.test_set ? " " + data::dataset_fingerprint(*run.test_set) : std::string());
   obs.on_run_begin(result.environment, run.shape(start));
   // Every rank stops at the same step: a stop any of them sees is agreed on
   // (one all-reduce of a flag per step; a rank that stopped alone would

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/sha256.h"
 #include "core/stats.h"
 #include "runner/experiment.h"
 
@@ -34,6 +35,7 @@ struct Candidate {
   std::optional<std::string> value;             // the compared key's value, plain text
   std::vector<Sample> steps;                    // measured steps only
   std::string isa;  // CPU runs: the oneDNN ISA their kernels used ("" otherwise)
+  std::string data;  // the data's fingerprint (file-backed sources; "" for synthetic or older runs)
 };
 
 // Runs with equal settings (other than the compared key), by compared value.
@@ -142,6 +144,7 @@ std::vector<Candidate> load_complete_runs(const store::Store& db, const CompareO
     if (const auto detail = db.get_run(std::to_string(info.id))) {
       run.settings = detail->params;
       if (info.device == "cpu") run.isa = detail->environment.get("onednn_isa");
+      run.data = detail->environment.get("data_fingerprint");
     }
     run.steps = measured_steps(db, info.uuid);
     run.value = compared_value(run, options.by);
@@ -171,7 +174,8 @@ void check_key(const std::vector<Candidate>& runs, const std::string& by) {
 // the device name (runs of two machines are never pooled); and, for CPU
 // runs compared by anything but the ISA, the oneDNN ISA their kernels used
 // (a run capped by ONEDNN_MAX_CPU_ISA=AVX2 is never pooled with one on
-// AVX-512 kernels of the same CPU).
+// AVX-512 kernels of the same CPU); and the data's fingerprint where the run
+// stored one.
 std::map<std::string, std::string> shared_settings(const Candidate& run, const std::string& by) {
   std::map<std::string, std::string> out = run.settings;
   out.erase(by);
@@ -183,6 +187,14 @@ std::map<std::string, std::string> shared_settings(const Candidate& run, const s
   }
   if (by != "isa" && !run.isa.empty())
     out["isa"] = nlohmann::json(run.isa).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // The data itself: data.path is where it lies, not what it is (two text
+  // files, two folders of IDX files); runs on other content never pool.
+  if (!run.data.empty()) {
+    std::string quoted = "\"";  // (built by appends: GCC 12 warns falsely on "x" + string&&)
+    quoted += sha256_hex(run.data).substr(0, 16);
+    quoted += '"';
+    out["data"] = quoted;
+  }
   return out;
 }
 

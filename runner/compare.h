@@ -10,7 +10,9 @@
 // oneDNN ISA a CPU run's kernels used (environment onednn_isa: avx2,
 // avx512_core_amx, ...), otherwise the setting of that dotted name; comparing
 // by a setting, runs must also have the same label and device name (two
-// machines' runs are never pooled), and CPU runs the same ISA.
+// machines' runs are never pooled), CPU runs the same ISA, and runs on
+// file-backed data the same data (environment data_fingerprint: the content
+// of the splits, engine/data/dataset.h's dataset_fingerprint).
 // Several complete runs with the same settings and the same compared value
 // pool their measured step times.
 //

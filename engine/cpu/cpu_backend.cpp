@@ -13,6 +13,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "core/system_memory.h"
 #include "engine/cpu/bf16.h"
 #include "engine/device/device_info.h"
 #include "engine/memory_plan.h"
@@ -309,18 +310,6 @@ float* CpuBackend::mirror_region(const std::string& name) {
   return reinterpret_cast<float*>(plan_.mirror_base(name));
 }
 
-namespace {
-// MemAvailable from /proc/meminfo, in bytes (0 when unknown).
-int64_t available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  int64_t kib = 0;
-  while (in >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
-  return 0;
-}
-}  // namespace
-
 std::vector<MemoryRecord> CpuBackend::memory_plan() const {
   std::vector<MemoryRecord> extras = {{"scratchpad", static_cast<int64_t>(scratchpad_bytes_)}};
   if (op_scratch_bytes_) extras.push_back({"op_scratch", static_cast<int64_t>(op_scratch_bytes_)});
@@ -344,7 +333,7 @@ void CpuBackend::allocate() {
   if (plan_.bound()) throw std::logic_error("cpu backend: allocate() called twice");
   // Refuses a plan larger than the memory available, naming the largest
   // batch that fits.
-  if (const int64_t available = available_memory(); available > 0)
+  if (const int64_t available = available_memory_bytes(); available > 0)
     plan_.check_fits({{"scratchpad", static_cast<int64_t>(scratchpad_bytes_)},
                       {"op_scratch", static_cast<int64_t>(op_scratch_bytes_)},
                       {"bf16_weights", bf16_weights_bytes()}},

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/system_memory.h"
 
 namespace xrun::data {
 
@@ -21,6 +22,19 @@ class DataError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// Refuses a sample count whose bookkeeping (the shuffle order, a token
+// window's start: `bytes_each` a sample) would take more than half the
+// memory available: a DataError naming `key`, the count and the bytes,
+// before anything is allocated (a synthetic set of 1e11 samples).
+inline void check_sample_count(int64_t samples, int64_t bytes_each, const std::string& key) {
+  const int64_t available = available_memory_bytes();
+  if (available <= 0 || samples <= available / 2 / bytes_each) return;
+  throw DataError(key + " = " + std::to_string(samples) + ": indexing that many samples takes " +
+                  std::to_string(samples) + " x " + std::to_string(bytes_each) + " bytes, more "
+                  "than half of the " + std::to_string(available) +
+                  " bytes this machine has available");
+}
 
 enum class Split { train, test };
 
@@ -38,6 +52,12 @@ class Dataset {
   // One line for logs: "cifar10 train: 50000 images from data/cifar-10-batches-bin".
   virtual std::string describe() const = 0;
 };
+
+// What identifies a split's content, where its path does not (two folders
+// of IDX files, two corpora): SHA-256 (hex) over its size, its sample shape
+// and classes, and 64 samples spread evenly across it, each with its label
+// (token windows included). Reads 64 samples, whatever the split's size.
+std::string dataset_fingerprint(const Dataset& d);
 
 // Opens the split named by cfg.source, honouring image_size, channels,
 // num_classes (synthetic), limit / test_limit. Throws DataError.

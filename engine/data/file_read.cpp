@@ -2,26 +2,53 @@
 // zlib's inflate (gzip wrapper, concatenated members allowed).
 #include "engine/data/file_read.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 
 #include "engine/data/dataset.h"
 
 namespace xrun::data {
 
+RegularFile open_regular_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw DataError(path + ": not a regular file (a FIFO, device or socket cannot be a data file)");
+  }
+  return {fd, static_cast<size_t>(st.st_size)};
+}
+
 std::vector<uint8_t> read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
-  const std::streamoff size = in.tellg();
-  if (size < 0) throw DataError(path + ": cannot determine the file size");
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));
-  in.seekg(0);
-  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size))
-    throw DataError(path + ": read error after " + std::to_string(in.gcount()) + " of " +
-                    std::to_string(size) + " bytes");
+  const auto [fd, size] = open_regular_file(path);
+  std::vector<uint8_t> bytes;
+  try {
+    bytes.resize(size);
+  } catch (const std::bad_alloc&) {
+    ::close(fd);
+    throw DataError(path + ": " + std::to_string(size) + " bytes do not fit in memory");
+  }
+  size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      ::close(fd);
+      throw DataError(path + ": read error after " + std::to_string(got) + " of " +
+                      std::to_string(bytes.size()) + " bytes" +
+                      (err ? std::string(" (") + std::strerror(err) + ")" : std::string(" (the file shrank)")));
+    }
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
   return bytes;
 }
 

@@ -11,7 +11,18 @@
 
 namespace xrun::data {
 
-// The bytes of `path`; throws DataError if it cannot be opened or read.
+// An open descriptor of `path` (read-only, close-on-exec) and its size;
+// DataError naming it when it cannot be opened or is not a regular file.
+// Opened without waiting: a FIFO is refused at once instead of blocking,
+// deaf to Ctrl-C, until a writer comes. The caller closes `fd`.
+struct RegularFile {
+  int fd = -1;
+  size_t size = 0;
+};
+RegularFile open_regular_file(const std::string& path);
+
+// The bytes of `path` (a regular file); throws DataError if it cannot be
+// opened or read.
 std::vector<uint8_t> read_file_bytes(const std::string& path);
 
 // True when `bytes` starts with the gzip magic 1f 8b.

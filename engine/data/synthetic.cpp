@@ -44,6 +44,7 @@ class Synthetic final : public Dataset {
       throw DataError(std::string("synthetic: data.") +
                       (split == Split::train ? "samples" : "test_samples") + " must be >= 1");
     size_ = limit > 0 ? std::min(limit, total) : total;
+    check_sample_count(size_, 8, split == Split::train ? "data.samples" : "data.test_samples");
     // Templates depend on the seed only, never on the split.
     uint64_t s = mix_seed(seed, 0x5e7e'c7a55e5ull);
     waves_.resize(static_cast<size_t>(classes_) * channels_ * kWaves);

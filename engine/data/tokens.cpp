@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "core/system_memory.h"
 #include "engine/data/file_read.h"
 #include "engine/data/loader.h"
 #include "engine/data/random.h"
@@ -30,14 +31,8 @@ constexpr size_t kHeaderBytes = 256 * sizeof(int32_t);
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path) : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      throw DataError(path + ": not a regular file");
-    }
-    size_ = static_cast<size_t>(st.st_size);
+    const auto [fd, size] = open_regular_file(path);  // a FIFO refused, not waited on
+    size_ = size;
     if (size_ > 0) {
       void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
       if (p == MAP_FAILED) {
@@ -233,29 +228,54 @@ std::vector<fs::path> regular_files_in(const fs::path& dir) {
 
 }  // namespace
 
+TokenFileSet token_file_set(const std::string& file) {
+  const std::string stem = fs::path(file).stem().string();
+  bool train = false, val = false;
+  size_t begin = 0;
+  while (begin <= stem.size()) {
+    size_t end = stem.find('_', begin);
+    if (end == std::string::npos) end = stem.size();
+    const std::string_view part(stem.data() + begin, end - begin);
+    train = train || part == "train";
+    val = val || part == "val";
+    begin = end + 1;
+  }
+  if (train && val)
+    throw DataError(file + ": named both a training and a validation file (llm.c's shards are "
+                    "NAME_train_N.bin or NAME_val_N.bin): rename it");
+  return train ? TokenFileSet::train : val ? TokenFileSet::val : TokenFileSet::none;
+}
+
 std::unique_ptr<TokenSource> open_token_files(const std::string& path, Split split, int vocab) {
   const bool train = split == Split::train;
   std::error_code ec;
   std::vector<fs::path> files;
   if (fs::is_directory(path, ec)) {
     for (const fs::path& f : regular_files_in(path)) {
-      const std::string name = f.filename().string();
-      if (f.extension() == ".bin" && name.find(train ? "train" : "val") != std::string::npos)
-        files.push_back(f);
+      if (f.extension() != ".bin") continue;
+      const TokenFileSet set = token_file_set(f.string());
+      if (set == (train ? TokenFileSet::train : TokenFileSet::val)) files.push_back(f);
     }
     if (files.empty()) {
       if (!train) return nullptr;
-      throw DataError(path + ": no *train*.bin token files (llm.c's shards: NAME_train_000001.bin)");
+      throw DataError(path + ": no NAME_train_N.bin token files (llm.c's shards: "
+                             "NAME_train_000001.bin, NAME_val_000000.bin)");
     }
   } else if (fs::exists(path, ec)) {
     if (train) {
       files.push_back(path);
     } else {
-      std::string name = fs::path(path).filename().string();
-      const size_t at = name.rfind("train");
-      if (at == std::string::npos) return nullptr;
-      name.replace(at, 5, "val");
-      const fs::path val = fs::path(path).parent_path() / name;
+      // NAME_train_N.bin's validation file is NAME_val_N.bin: the "_train_"
+      // part of the name, not any "train" inside a word.
+      if (token_file_set(path) != TokenFileSet::train) return nullptr;
+      const std::string name = fs::path(path).filename().string();
+      const std::string stem = fs::path(path).stem().string();
+      size_t at = std::string::npos;
+      for (size_t i = stem.find("train"); i != std::string::npos; i = stem.find("train", i + 1))
+        if ((i == 0 || stem[i - 1] == '_') && (i + 5 == stem.size() || stem[i + 5] == '_')) at = i;
+      std::string val_name = name;
+      val_name.replace(at, 5, "val");
+      const fs::path val = fs::path(path).parent_path() / val_name;
       if (!fs::exists(val, ec)) return nullptr;
       files.push_back(val);
     }
@@ -277,18 +297,42 @@ std::unique_ptr<TokenSource> open_text(const std::string& path, Split split) {
   else
     throw DataError(path + ": no such text file or folder (data.path)");
   if (files.empty()) throw DataError(path + ": a folder without files");
+  // Text is read whole (each byte a token): refused before reading when it
+  // cannot fit beside what the run itself needs.
+  uintmax_t total = 0;
+  for (const fs::path& f : files) {
+    std::error_code size_ec;
+    const uintmax_t size = fs::file_size(f, size_ec);
+    if (!size_ec) total += size;
+  }
+  if (const int64_t available = available_memory_bytes();
+      available > 0 && total > static_cast<uintmax_t>(available) / 2)
+    throw DataError(path + ": " + std::to_string(total) + " bytes of text are read whole into memory, "
+                    "more than half of the " + std::to_string(available) +
+                    " bytes this machine has available (data.path; llm.c's token files are mapped, "
+                    "not read: tokenize it first, or take fewer files)");
   std::vector<uint8_t> all;
   for (const fs::path& f : files) {
-    const std::vector<uint8_t> bytes = read_file_bytes(f.string());
+    std::vector<uint8_t> bytes = read_file_bytes(f.string());
     if (const int64_t bad = first_bad_utf8(bytes); bad >= 0)
       throw DataError(f.string() + ": offset " + std::to_string(bad) +
                       ": not UTF-8 (data.source = \"text\" reads UTF-8 text)");
-    all.insert(all.end(), bytes.begin(), bytes.end());
+    if (all.empty())
+      all = std::move(bytes);  // one file: no copy
+    else
+      all.insert(all.end(), bytes.begin(), bytes.end());
   }
   const size_t cut = all.size() / 10 * 9 + all.size() % 10 * 9 / 10;  // 90%, without overflow
   const bool train = split == Split::train;
-  std::vector<uint8_t> part(train ? all.begin() : all.begin() + static_cast<std::ptrdiff_t>(cut),
-                            train ? all.begin() + static_cast<std::ptrdiff_t>(cut) : all.end());
+  // The training part keeps the buffer (cut short); the test part is a copy
+  // of the last 10%.
+  std::vector<uint8_t> part;
+  if (train) {
+    all.resize(cut);
+    part = std::move(all);
+  } else {
+    part.assign(all.begin() + static_cast<std::ptrdiff_t>(cut), all.end());
+  }
   const std::string what = "text " + std::string(split_name(split)) + ": " +
                            std::to_string(part.size()) + " bytes (" +
                            (train ? "the first 90%" : "the last 10%") + " of " +
@@ -402,6 +446,9 @@ std::unique_ptr<TokenWindows> open_token_windows(const DataConfig& cfg, Split sp
   std::unique_ptr<TokenSource> src;
   if (cfg.source == "synthetic") {
     const int64_t windows = split == Split::train ? cfg.samples : cfg.test_samples;
+    // Each window: its start and its place in the shuffle.
+    check_sample_count(limit > 0 ? std::min(limit, windows) : windows, 16,
+                       split == Split::train ? "data.samples" : "data.test_samples");
     src = synthetic_tokens(windows * context + 1, vocab, seed, split);
   } else if (cfg.source == "text") {
     if (vocab < 256) throw DataError("text is read as bytes: the vocabulary must hold 256");

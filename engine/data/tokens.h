@@ -42,12 +42,20 @@ class TokenSource {
   virtual std::string describe() const = 0;
 };
 
+// Which set llm.c's naming puts a token file in: a "_"-separated part of
+// its name (before the extension) equal to "train" or "val":
+// "fineweb_train_000001.bin", "tiny_val.bin"; "medieval_x.bin" or
+// "data_trainval.bin" is in neither. A name in both ("a_train_val.bin") is
+// a DataError naming it.
+enum class TokenFileSet { none, train, val };
+TokenFileSet token_file_set(const std::string& file);
+
 // llm.c's .bin token files: `path` a file or a folder. A folder's shards
-// are its *.bin files whose names hold "train" (or "val" for
-// Split::test), in name order; a file trains, and its validation is the
-// file of the same name with "train" replaced by "val" where there is one
-// (else the test split is empty: nullptr). `vocab`: every token must be
-// below it (50257 for GPT-2's tokenizer).
+// are its *.bin files in the training set (or the validation set for
+// Split::test) by token_file_set, in name order; a file trains, and its
+// validation is the file of the same name with the "train" part replaced
+// by "val" where there is one (else the test split is empty: nullptr).
+// `vocab`: every token must be below it (50257 for GPT-2's tokenizer).
 std::unique_ptr<TokenSource> open_token_files(const std::string& path, Split split, int vocab);
 
 // A UTF-8 file or a folder of files (regular files in name order, joined),

@@ -8,12 +8,17 @@
 // dealt by the batch loader as TokenBatches cuts them.
 #include "catch2_compat.h"
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <filesystem>
 #include <numeric>
 
+#include "core/system_memory.h"
 #include "data_test_util.h"
 #include "engine/data/loader.h"
 #include "engine/data/tokens.h"
+#include "skip.h"
 
 using namespace xrun::data;
 using namespace xrun::data::testing;
@@ -115,6 +120,64 @@ TEST_CASE("token files: a folder of shards, windows inside each, validation by n
   REQUIRE(open_token_files(dir.file("d_train_000001.bin"), Split::test, 1000));
 }
 
+TEST_CASE("token files: the split is a whole part of the name, never a word that holds it",
+          "[data][tokens]") {
+  CHECK(token_file_set("/d/fineweb_train_000001.bin") == TokenFileSet::train);
+  CHECK(token_file_set("tiny_val.bin") == TokenFileSet::val);
+  CHECK(token_file_set("train.bin") == TokenFileSet::train);
+  CHECK(token_file_set("medieval_train_000001.bin") == TokenFileSet::train);  // "val" inside a word
+  CHECK(token_file_set("interval_000001.bin") == TokenFileSet::none);
+  CHECK(token_file_set("data_trainval.bin") == TokenFileSet::none);
+  CHECK(token_file_set("/x_val/retrain_1.bin") == TokenFileSet::none);  // the folder is not the name
+  CHECK_THAT(error_of([] { token_file_set("/d/a_train_val.bin"); }),
+             Contains("/d/a_train_val.bin: named both a training and a validation file"));
+
+  // A folder holding only a training shard whose name contains "val": no
+  // validation set (it used to validate on the training shard itself).
+  TempDir dir;
+  write_bytes(dir.file("medieval_train_000001.bin"), token_file(counting(10)));
+  REQUIRE(open_token_files(dir.str(), Split::train, 1000));
+  CHECK(open_token_files(dir.str(), Split::test, 1000) == nullptr);
+  CHECK(open_token_files(dir.file("medieval_train_000001.bin"), Split::test, 1000) == nullptr);
+  write_bytes(dir.file("medieval_val_000001.bin"), token_file(counting(4)));
+  const auto val = open_token_files(dir.file("medieval_train_000001.bin"), Split::test, 1000);
+  REQUIRE(val);
+  CHECK(val->size() == 4);
+  // A shard named for both sets is refused, not read twice.
+  write_bytes(dir.file("data_train_val.bin"), token_file(counting(4)));
+  CHECK_THAT(error_of([&] { open_token_files(dir.str(), Split::train, 1000); }),
+             Contains("data_train_val.bin: named both"));
+}
+
+TEST_CASE("token files and text: a FIFO is refused at once, never waited on", "[data][tokens][errors]") {
+  TempDir dir;
+  const std::string fifo = dir.file("pipe_train.bin");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THAT(error_of([&] { open_token_files(fifo, Split::train, 50257); }),
+             Contains(fifo + ": not a regular file"));
+  CHECK_THAT(error_of([&] { open_text(fifo, Split::train); }), Contains(fifo + ": not a regular file"));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 5);
+}
+
+TEST_CASE("text: more text than memory can hold is refused before any of it is read",
+          "[data][tokens][errors]") {
+  // A sparse file: as large as the machine's memory, no disk used.
+  TempDir dir;
+  const std::string big = dir.file("big.txt");
+  const int64_t available = xrun::available_memory_bytes();
+  if (available <= 0) XRUN_SKIP("this machine does not say how much memory is available");
+  {
+    std::ofstream touch(big);
+  }
+  std::filesystem::resize_file(big, static_cast<uintmax_t>(available));
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THAT(error_of([&] { open_text(big, Split::train); }),
+             Contains(big + ": " + std::to_string(available) + " bytes of text are read whole") &&
+                 Contains("tokenize it first"));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 5);
+}
+
 TEST_CASE("token files: version 2 holds uint32 tokens", "[data][tokens]") {
   TempDir dir;
   write_bytes(dir.file("llama_train.bin"), token_file({70000, 1, 128000}, 2));
@@ -151,7 +214,7 @@ TEST_CASE("token files: what is wrong is named with the file and the byte offset
              Contains("no such token file or folder"));
   TempDir empty;
   CHECK_THAT(error_of([&] { open_token_files(empty.str(), Split::train, 10); }),
-             Contains("no *train*.bin token files"));
+             Contains("no NAME_train_N.bin token files"));
   // A file shorter than one window and its target.
   write_bytes(f, token_file(counting(8)));
   const auto src = open_token_files(f, Split::train, 50257);
