@@ -6,9 +6,13 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <exception>
 #include <iostream>
+#include <new>
+#include <string>
 
 #include "engine/device/doctor.h"
 #include "runner/commands.h"
@@ -30,10 +34,31 @@ int finish_output(int code) {
   return code == xrun::cli::kOk ? xrun::cli::kRunFailed : code;
 }
 
+// The last resort for an exception no command caught, on any thread: a
+// message naming it and exit code 1 (a failed command), never an abort.
+[[noreturn]] void uncaught_exception() {
+  std::string what = "an exception of unknown type";
+  if (const std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::bad_alloc&) {
+      what = "out of memory (std::bad_alloc)";
+    } catch (const std::exception& x) {
+      what = x.what();
+    } catch (...) {
+    }
+  } else {
+    what = "std::terminate called without an exception";
+  }
+  std::fprintf(stderr, "xrun: internal error: %s\n", what.c_str());
+  std::_Exit(xrun::cli::kRunFailed);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace xrun::cli;
+  std::set_terminate(uncaught_exception);
   CLI::App app{"xrun: declarative ResNet training experiments, profiled and stored in SQLite"};
   app.set_version_flag("--version", std::string("xrun ") + XRUN_VERSION + " (" +
                                         XRUN_GIT_COMMIT + ")");
@@ -285,6 +310,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? kOk : kUsage;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "xrun: out of memory (std::bad_alloc)\n";
+    return kRunFailed;
+  } catch (const std::exception& e) {
+    std::cerr << "xrun: internal error: " << e.what() << "\n";
+    return kRunFailed;
   }
   return finish_output(code);
 }

@@ -20,8 +20,9 @@ namespace xrun::cli {
 
 int peak_command(const PeakArgs& args) {
   try {
-    if (args.threads < 0) {
-      std::cerr << "xrun: doctor --threads " << args.threads << ": give 1 or more\n";
+    if (args.threads < 0 || args.threads > 1024) {  // as train.threads: libgomp fails far below 2^15
+      std::cerr << "xrun: doctor --threads " << args.threads
+                << ": give 1 to 1024, as train.threads (0 or none: every core)\n";
       return 2;
     }
     const CpuInfo cpu = query_cpu();

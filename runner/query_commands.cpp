@@ -160,7 +160,8 @@ static std::string ranks_text(const std::vector<RankRecord>& ranks) {
   return o.str();
 }
 
-static std::string target_text(const RunSummary& s, size_t evaluations) {
+// `unit`: what the run counts, "images" or "tokens" (a GPT-2 run's).
+static std::string target_text(const RunSummary& s, size_t evaluations, const std::string& unit) {
   if (!std::isfinite(s.target_accuracy)) return "";
   const std::string target = fixed(100.0 * s.target_accuracy, 2) + "%";
   if (!std::isfinite(s.time_to_target_s))
@@ -171,7 +172,7 @@ static std::string target_text(const RunSummary& s, size_t evaluations) {
   return "  target       " + target + " reached after " + fixed(s.time_to_target_s, 1) +
          " s (of which evaluation " + fixed(s.time_to_target_eval_s, 1) + " s), step " +
          std::to_string(s.steps_to_target) + ", epoch " + fixed(s.epochs_to_target, 2) + ", " +
-         std::to_string(s.images_to_target) + " images\n";
+         std::to_string(s.images_to_target) + " " + unit + "\n";
 }
 
 int show_command(const ShowArgs& args) {
@@ -217,17 +218,19 @@ int show_command(const ShowArgs& args) {
       j["peak_bytes_per_s"] = number_or_null(d.summary.peak_bytes_per_s);
       j["peak_bandwidth_source"] = d.summary.peak_bandwidth_source;
       const RunSummary& s = d.summary;
+      // A GPT-2 run counts tokens: its counts are named so.
+      const char* unit = d.environment.get("throughput_unit") == "tokens/s" ? "tokens" : "images";
       j["target"] = {{"accuracy", number_or_null(s.target_accuracy)},
                      {"reached", std::isfinite(s.time_to_target_s)},
                      {"seconds", number_or_null(s.time_to_target_s)},
                      {"eval_seconds", number_or_null(s.time_to_target_eval_s)},
                      {"steps", s.steps_to_target},
                      {"epochs", number_or_null(s.epochs_to_target)},
-                     {"images", s.images_to_target},
+                     {unit, s.images_to_target},
                      {"best_accuracy", number_or_null(s.best_accuracy)}};
       json evals = json::array();
       for (const EvalRecord& e : d.evals)
-        evals.push_back({{"step", e.step}, {"epoch", e.epoch}, {"images", e.images},
+        evals.push_back({{"step", e.step}, {"epoch", e.epoch}, {unit, e.images},
                          {"wall_seconds", e.wall_seconds}, {"eval_seconds", e.eval_seconds},
                          {"test_loss", number_or_null(e.test_loss)},
                          {"test_accuracy", number_or_null(e.test_accuracy)}});
@@ -306,7 +309,10 @@ int show_command(const ShowArgs& args) {
           << "% of " << flops_text(d.summary.peak_flops, "FLOP/s") << " ("
           << t(d.summary.peak_source) << ")\n";
       else if (std::isfinite(d.summary.flops_per_step) && r.device == "cpu")
-        o << "  of peak      - (no peak measured for this CPU: `xrun doctor --peak`)\n";
+        o << "  of peak      - (the store held no peak of this CPU at "
+          << t(d.environment.get("cpu_threads")) << " threads when the run was stored: `xrun doctor "
+          << "--peak --threads " << t(d.environment.get("cpu_threads")) << " --db " << t(args.db)
+          << "` measures it, about a second, for the runs stored after)\n";
       if (std::isfinite(d.summary.peak_bytes_per_s))
         o << "  memory roof  " << fixed(d.summary.peak_bytes_per_s / 1e9, 1) << " GB/s ("
           << t(d.summary.peak_bandwidth_source) << ")\n";
@@ -322,7 +328,7 @@ int show_command(const ShowArgs& args) {
         o << "  validation   loss " << fixed(d.summary.test_loss, 4) << ", perplexity "
           << fixed(std::exp(d.summary.test_loss), 2) << ", next-token accuracy above\n";
       if (std::isfinite(d.summary.lr)) o << "  peak lr      " << d.summary.lr << lr_rule(d.params) << "\n";
-      o << target_text(d.summary, d.evals.size());
+      o << target_text(d.summary, d.evals.size(), tokens ? "tokens" : "images");
     }
     o << ranks_text(d.ranks);
     if (!d.findings.empty()) {

@@ -3,6 +3,8 @@
 // a computed one (the data source's native size, channels, classes and
 // statistics; weight decay per optimizer; epochs/steps; device; label). Then
 // the rules that join several keys, and the device rules, are checked.
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "core/gpt2_shapes.h"
@@ -200,11 +202,25 @@ class Resolver {
         (get("train.optimizer.name") != "sgd" || get("train.optimizer.momentum").get<double>() <= 0))
       rule("train.optimizer.nesterov", "needs train.optimizer.name = \"sgd\" and momentum > 0");
     const double lr = get("train.optimizer.lr"), min_lr = get("train.schedule.min_lr");
-    // With lr_scaling the run's rate is known once its batch is (the engine
-    // checks min_lr against it then).
-    if (min_lr > lr && get("train.optimizer.lr_scaling") == "none")
+    const std::string scaling = get("train.optimizer.lr_scaling");
+    if (min_lr > lr && scaling == "none")
       rule("train.schedule.min_lr", "expected at most train.optimizer.lr (" + schema::format_number(lr) +
                                         "), found " + schema::format_number(min_lr));
+    // With lr_scaling the run's rate follows from its images per step,
+    // known here unless the batch is "auto" (the engine checks it then).
+    if (scaling != "none" && get("train.batch_size").is_number_integer()) {
+      const int64_t images = get("train.batch_size").get<int64_t>() *
+                             get("train.accumulate").get<int64_t>() * get("train.ranks").get<int64_t>();
+      const int64_t reference = std::max<int64_t>(1, get("train.optimizer.reference_batch").get<int64_t>());
+      const double ratio = static_cast<double>(images) / static_cast<double>(reference);
+      const double scaled = scaling == "linear" ? lr * ratio : lr * std::sqrt(ratio);
+      if (min_lr > scaled)
+        rule("train.schedule.min_lr",
+             "expected at most the run's scaled rate " + schema::format_number(scaled) + " (" +
+                 "train.optimizer.lr " + schema::format_number(lr) + " scaled " + scaling + " to " +
+                 std::to_string(images) + " samples a step from reference_batch " +
+                 std::to_string(reference) + "), found " + schema::format_number(min_lr));
+    }
   }
 
   void check_device() {

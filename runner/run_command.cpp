@@ -354,6 +354,15 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
     db.write_conv_algorithms(uuid, result.conv_algorithms, device_key);
     attach_peak(db, result.environment, cfg.train.precision, cfg.train.device.is_gpu(),
                 result.summary);
+    // A CPU's peak is measured, not looked up: say once how to get it.
+    static bool told_peak = false;
+    if (!cfg.train.device.is_gpu() && !std::isfinite(result.summary.peak_flops) && !told_peak) {
+      told_peak = true;
+      const std::string threads = result.environment.get("cpu_threads");
+      display.message("no % of peak for this run: " + db.path() + " holds no peak of this CPU at " +
+                      threads + " threads; `xrun doctor --peak --threads " + threads + " --db " +
+                      db.path() + "` measures it (about a second) for the runs stored after");
+    }
     add_roofline_finding(result);
     if (FindingRecord f; dist::exposed_allreduce_finding(result.ranks, cfg.distributed.bucket_mb, f))
       result.findings.push_back(f);
@@ -487,8 +496,9 @@ std::optional<Outcome> already_complete(const store::Store& db, const RunSpec& s
 // began (found by its pid among the rows newer than `last_id`), read back;
 // a row it left `running` (killed, crashed, stopped at once by a second
 // Ctrl-C) is ended here, with why. `stopped`: a stop signal came meanwhile.
+// `stored_uuid`, where given, gets the row's UUID when there is one.
 Outcome child_outcome(store::Store& db, const RunSpec& spec, const ChildEnd& end, int64_t last_id,
-                      bool stopped, const std::string& exe) {
+                      bool stopped, const std::string& exe, std::string* stored_uuid = nullptr) {
   std::optional<store::RunInfo> mine;
   if (end.started && end.pid > 0)
     for (const store::RunInfo& r : db.list_runs({{"config_hash", spec.config_hash}}))
@@ -510,6 +520,7 @@ Outcome child_outcome(store::Store& db, const RunSpec& spec, const ChildEnd& end
                                  : "ended (exit code " + std::to_string(end.exit_code) +
                                        ") before storing the run; its output is above"};
   Outcome o;
+  if (stored_uuid) *stored_uuid = mine->uuid;
   if (mine->status == store::to_string(store::RunStatus::running)) {
     const int sig = end.exit_code > 128 ? end.exit_code - 128 : 0;
     const std::string how =
@@ -549,6 +560,10 @@ int run_rank_worker(const RunSpec& spec, const dist::RankInfo& rank) {
     context.stop_requested = [] { return g_interrupts.load() > 0; };
     RunObservers observers;
     train(cfg, observers, context);
+    // XRUN_TEST_RANK_HOLD_AT_END=1 (tests/cli/ranks_test.cpp): stay after
+    // training, so a test can end this rank after rank 0 stored the run.
+    if (const char* hold = std::getenv("XRUN_TEST_RANK_HOLD_AT_END"); hold && std::string(hold) == "1")
+      std::this_thread::sleep_for(std::chrono::seconds(60));
     return kOk;
   } catch (const TrainInterrupted& e) {
     std::cerr << "interrupted: " << e.what() << "\n";
@@ -606,6 +621,14 @@ Outcome run_ranks(store::Store& db, const Plan& plan, const RunSpec& spec, const
       gpu_list += (r ? "," : "") + visible[r];
     }
   }
+  // Another live process on this host trains it now (a second `xrun run` of
+  // the same file): skipped, as one rank's run is, before any rank starts.
+  if (const auto other = db.find_in_progress(spec.config_hash)) {
+    const std::string line = "being trained by process " + std::to_string(other->first) + " (" +
+                             other->second + ") on this host, skipped";
+    display.end_run(line);
+    return {store::RunStatus::running, line, true};
+  }
   const RendezvousDir meet(db_path);
   if (!meet.ok())
     return {store::RunStatus::failed, "cannot make the ranks' rendezvous folder " + meet.error()};
@@ -633,14 +656,22 @@ Outcome run_ranks(store::Store& db, const Plan& plan, const RunSpec& spec, const
   const ChildrenOutcome done = run_children(rank_children(launch, spec.index), slots.slots, stderr,
                                             cfg.distributed.timeout_s);
   stop_signal = done.stop_signal;
-  Outcome o = child_outcome(db, spec, done.ends.front(), last_id, done.stop_signal != 0, exe);
-  // Rank 0 ended well but another did not: say which (rank 0's row says why
-  // where it knew).
+  std::string uuid;
+  Outcome o = child_outcome(db, spec, done.ends.front(), last_id, done.stop_signal != 0, exe, &uuid);
+  // Rank 0 stored the run complete but another rank did not end well: the
+  // run failed, and the stored row says so (its figures kept), so the store
+  // and the exit code agree and the next `xrun run` trains it again.
   for (size_t r = 1; r < done.ends.size(); ++r)
-    if (done.ends[r].exit_code != 0 && o.status == store::RunStatus::complete)
+    if (done.ends[r].exit_code != 0 && o.status == store::RunStatus::complete && !o.skipped) {
+      const int code = done.ends[r].exit_code;
+      const std::string how =
+          code > 128 ? "was killed by signal " + std::to_string(code - 128) + " (" +
+                           strsignal(code - 128) + ")"
+                     : "ended with exit code " + std::to_string(code);
       o = {store::RunStatus::failed,
-           "rank " + std::to_string(r) + " ended with exit code " +
-               std::to_string(done.ends[r].exit_code) + " after rank 0 stored the run"};
+           "rank " + std::to_string(r) + " " + how + " after rank 0 stored the run"};
+      if (!uuid.empty()) db.finish_run(uuid, store::RunStatus::failed, RunSummary{}, o.line);
+    }
   display.end_run(o.line);
   return o;
 }

@@ -268,21 +268,26 @@ int Store::schema_version() const {
 
 // --- Store: writes ----------------------------------------------------------------------
 
+std::optional<std::pair<int64_t, std::string>> Store::find_in_progress(
+    const std::string& config_hash) const {
+  Statement live(db_, path_,
+                 "SELECT pid, uuid FROM runs WHERE config_hash = ?1 AND status = 'running'"
+                 " AND host = ?2 AND pid IS NOT NULL AND pid > 0 AND pid != ?3");
+  live.bind(1, config_hash).bind(2, detail::host_name()).bind(3, static_cast<int64_t>(getpid()));
+  while (live.step()) {
+    const int64_t pid = live.int64(0);
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)
+      return std::make_pair(pid, live.text(1));
+  }
+  return std::nullopt;
+}
+
 std::string Store::begin_run(const NewRun& run) {
   const std::string uuid = detail::new_uuid();
   const std::string now = detail::now_iso8601();
   Transaction tx(db_, path_);
 
-  Statement live(db_, path_,
-                 "SELECT pid, uuid FROM runs WHERE config_hash = ?1 AND status = 'running'"
-                 " AND host = ?2 AND pid IS NOT NULL AND pid > 0 AND pid != ?3");
-  live.bind(1, run.config_hash).bind(2, detail::host_name()).bind(3, static_cast<int64_t>(getpid()));
-  while (live.step()) {
-    const int64_t pid = live.int64(0);
-    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)
-      throw RunInProgress(pid, live.text(1));
-  }
-  live.reset();
+  if (const auto live = find_in_progress(run.config_hash)) throw RunInProgress(live->first, live->second);
   if (!run.force)
     if (auto done = find_complete(run.config_hash)) throw RunAlreadyComplete(*done);
 

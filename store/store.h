@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -221,6 +222,9 @@ class Store {
 
   // The UUID of a complete run with this config hash, if any.
   std::optional<std::string> find_complete(const std::string& config_hash) const;
+  // (pid, uuid) of a `running` row of this config whose process still lives
+  // on this host (what begin_run throws RunInProgress for), if any.
+  std::optional<std::pair<int64_t, std::string>> find_in_progress(const std::string& config_hash) const;
   // The same by experiment hash (the run on any machine: device, label and
   // data path aside), for work planned on one host and run on another.
   std::optional<std::string> find_complete_experiment(const std::string& experiment_hash) const;

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <iterator>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_util.h"
 #include "engine/checkpoint/safetensors.h"
 #include "skip.h"
@@ -39,7 +41,8 @@ TEST_CASE("xrun run experiments/gpt-text.toml: a GPT-2 learns text, stored in to
                         " --set data.sequence_length=64 --set train.batch_size=8"
                         " --set train.epochs=2 --set train.checkpoint=" +
                         shell_quote(f.dir.file("gpt.safetensors")) +
-                        " --set measure.warmup_steps=1 --set profile.layers=true");
+                        " --set measure.warmup_steps=1 --set profile.layers=true"
+                        " --set measure.target_accuracy=0.01");
   INFO(r.output);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.output, Contains("tok/s") && Contains("val loss") && Contains("perplexity") &&
@@ -69,6 +72,17 @@ TEST_CASE("xrun run experiments/gpt-text.toml: a GPT-2 learns text, stored in to
                               Contains("6 x parameters + attention") &&
                               Contains("validation   loss") && Contains("perplexity") &&
                               Contains("throughput_unit = tokens/s"));
+  // The target is reached after so many tokens, not "images": the first
+  // evaluation, after 4 steps of 8 x 64 tokens.
+  CHECK_THAT(show.output, Contains("target       1.00% reached after") && Contains(", 2048 tokens\n") &&
+                              !Contains(" images"));
+  const auto shown = f.xrun("show 1 --json" + db);
+  const auto j = nlohmann::json::parse(shown.output);
+  CHECK(j["target"].contains("tokens"));
+  CHECK_FALSE(j["target"].contains("images"));
+  REQUIRE(!j["evals"].empty());
+  CHECK(j["evals"][0]["tokens"].get<int64_t>() % 512 == 0);
+  CHECK_FALSE(j["evals"][0].contains("images"));
 }
 
 TEST_CASE("xrun compare and report: a GPT-2 batch-size sweep as ResNet sweeps are",
@@ -122,6 +136,61 @@ train.batch_size = [4, 8]
   std::ifstream in(f.dir.file("r.html"));
   const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK_THAT(html, Contains("throughput (tok/s)") && Contains(">tok/s<") && !Contains("img/s"));
+}
+
+TEST_CASE("xrun compare: GPT-2 runs on two corpora never pool; the same text at another path does",
+          "[cli][gpt2][compare]") {
+  CliFixture f;
+  std::string a, b;
+  for (int i = 0; i < 60; ++i) {
+    a += "the quick brown fox jumps over the lazy dog. ";
+    b += "pack my box with five dozen liquor jugs, now! ";
+  }
+  xrun_test::write_bytes(f.dir.file("A.txt"), a);
+  xrun_test::write_bytes(f.dir.file("B.txt"), b);
+  xrun_test::write_bytes(f.dir.file("A-copy.txt"), a);
+  const std::string exp = f.write_experiment("t.toml", R"(name = "t"
+[model]
+arch = "gpt2"
+layers = 1
+heads = 2
+width = 32
+context = 16
+vocab = 256
+[data]
+source = "text"
+sequence_length = 16
+[train]
+device = "cpu"
+batch_size = 4
+epochs = 1
+threads = 1
+[measure]
+warmup_steps = 1
+)");
+  const std::string db = " --db " + shell_quote(f.db());
+  const auto on = [&](const std::string& text, int batch) {
+    const auto r = f.xrun("run " + shell_quote(exp) + db + " --set data.path=" +
+                          shell_quote("\"" + f.dir.file(text) + "\"") +
+                          " --set train.batch_size=" + std::to_string(batch));
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+  };
+  on("A.txt", 4);
+  on("B.txt", 8);
+  // Batch 4 on A against batch 8 on B: other data, nothing to compare.
+  auto cmp = f.xrun("compare --by train.batch_size" + db);
+  INFO(cmp.output);
+  CHECK(cmp.status == 1);
+  CHECK_THAT(cmp.output, Contains("nothing to compare"));
+  CHECK(f.sql("SELECT count(DISTINCT value) FROM run_environment WHERE key = 'data_fingerprint'") == "2");
+  // The same text at another path is the same data: it pairs with A's run.
+  on("A-copy.txt", 8);
+  cmp = f.xrun("compare --by train.batch_size --format json" + db);
+  INFO(cmp.output);
+  CHECK(cmp.status == 0);
+  const auto j = nlohmann::json::parse(cmp.output);
+  REQUIRE(j["groups"].size() == 1);
 }
 
 TEST_CASE("ranks: 2 GPT-2 ranks x batch 4 train the weights of 1 rank with accumulate 2, bit "

@@ -593,3 +593,47 @@ TEST_CASE("hostile: a --db that is a FIFO is refused at once by every command th
   CHECK(r.status == 2);
   CHECK_THAT(r.output, Contains("--db s.fifo is not a regular file"));
 }
+
+TEST_CASE("hostile: doctor --peak --threads past train.threads' limit is exit 2, not a libgomp crash",
+          "[cli][hostile]") {
+  CliFixture f;
+  for (const char* threads : {"100000", "32768", "1025", "-1"}) {
+    const auto r = f.xrun(std::string("doctor --peak --threads ") + threads + " --db " +
+                          shell_quote(f.db()));
+    INFO(threads << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Contains("give 1 to 1024, as train.threads"));
+  }
+  CHECK_FALSE(std::filesystem::exists(f.db()));
+}
+
+TEST_CASE("hostile: doctor --allreduce checks memory and descriptors before it starts",
+          "[cli][hostile][distributed]") {
+  CliFixture f;
+  // 64 ranks x 4 GiB, twice: 512 GiB, more than any machine these tests run on.
+  auto r = f.xrun("doctor --allreduce --ranks 64 --max-mb 4096");
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Contains("needs about 512.0 GiB") && Contains("lower --ranks or --max-mb"));
+  // 40 ranks in one process: a connection between every two.
+  r = xrun_test::run_command("cd " + shell_quote(f.dir.str()) + " && ulimit -n 256 && " +
+                             shell_quote(xrun_test::xrun_binary()) +
+                             " doctor --allreduce --ranks 40 --max-mb 1");
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Contains("--ranks 40 needs about 4744 open file descriptors") &&
+                           Contains("the limit is 256 (ulimit -n)"));
+}
+
+TEST_CASE("hostile: data.samples = 1e11 is refused naming the key and the size, not a bad_alloc",
+          "[cli][hostile]") {
+  CliFixture f;
+  const std::string file = f.write_experiment("many.toml", quick("many"));
+  const auto r = f.xrun(run_args(f, file) + " --set data.samples=100000000000");
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK_THAT(r.output, Contains("data.samples = 100000000000: indexing that many samples takes "
+                                "100000000000 x 8 bytes") &&
+                           !Contains("bad_alloc"));
+  CHECK(f.sql("SELECT status FROM runs") == "failed");
+}

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_util.h"
+#include "skip.h"
 #include "engine/checkpoint/safetensors.h"
 
 using namespace xrun_test;
@@ -82,31 +83,21 @@ size_t mismatches(const std::vector<float>& a, const std::vector<float>& b) {
   return n;
 }
 
-}  // namespace
-
-TEST_CASE("ranks: 2 ranks x batch 8 train the weights of 1 rank with accumulate 2, bit for bit",
-          "[cli][ranks]") {
-  // The same samples in the same order: rank r takes slice r of each global
-  // batch of 16, as micro-batch r of a step with accumulate = 2. Each rank's
-  // gradients are scaled by 1/2 as each micro-batch's are, and the sum of
-  // two fp32 values is the same whichever comes first, so the tolerance is
-  // zero. Batch norm statistics are per rank (DDP's default): the running
-  // means and variances differ, the trained parameters must not.
-  // bf16 too where this CPU has oneDNN bf16 kernels: activations in bf16,
-  // gradients summed in fp32 as in fp32 runs.
-  std::vector<std::string> precisions = {"fp32"};
-  {
-    CliFixture probe;
-    const auto doctor = probe.xrun("doctor --json");
-    const auto j = nlohmann::json::parse(doctor.output, nullptr, false);
-    if (!j.is_discarded() && j["cpu"]["train_precisions"].dump().find("bf16") != std::string::npos)
-      precisions.push_back("bf16");
-    else
-      WARN("bf16 ranks not checked: this CPU has no oneDNN bf16 kernels (AVX512_BF16 or AMX)");
-  }
-  for (const std::string& precision : precisions)
+// 2 ranks x batch 8 against 1 rank with accumulate = 2 over the same
+// samples in `precision`, for SGD with momentum and AdamW: the same samples
+// in the same order: rank r takes slice r of each global batch of 16, as
+// micro-batch r of a step with accumulate = 2. Each rank's gradients are
+// scaled by 1/2 as each micro-batch's are, and the sum of two fp32 values is
+// the same whichever comes first, so the tolerance is zero. Batch norm
+// statistics are per rank (DDP's default): the running means and variances
+// differ, the trained parameters must not.
+void check_two_ranks_equal_accumulate(const std::string& precision) {
+  // AdamW's rate scaled linearly from a reference batch of 8: both runs
+  // take 16 images a step, so both train at 4e-3 (a rate scaled from one
+  // rank's batch alone would be 2e-3 on the two ranks).
   for (const std::string optimizer :
-       {"name = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n", "name = \"adamw\"\nlr = 2e-3\n"}) {
+       {"name = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n",
+        "name = \"adamw\"\nlr = 2e-3\nlr_scaling = \"linear\"\nreference_batch = 8\n"}) {
     INFO(precision << " " << optimizer);
     CliFixture f;
     const std::string opt = "[train.optimizer]\n" + optimizer;
@@ -152,6 +143,9 @@ TEST_CASE("ranks: 2 ranks x batch 8 train the weights of 1 rank with accumulate 
         "r.uuid = s.run WHERE r.id = ";
     CHECK(f.sql(loss_of + "1 ORDER BY s.step)") == f.sql(loss_of + "2 ORDER BY s.step)"));
     CHECK(f.sql("SELECT min(images) || ' ' || max(images) FROM steps") == "16 16");
+    CHECK(f.sql("SELECT count(DISTINCT lr) FROM runs") == "1");
+    if (optimizer.find("linear") != std::string::npos)
+      CHECK(f.sql_double("SELECT lr FROM runs WHERE id = 1") == Approx(4e-3));
     // Both runs: 16 images per optimizer step; the 2-rank one has a row per
     // rank, each reducing every gradient (at least 4 bytes per parameter).
     CHECK(f.sql("SELECT group_concat(ranks || 'x' || global_batch, ' ') FROM "
@@ -182,6 +176,25 @@ TEST_CASE("ranks: 2 ranks x batch 8 train the weights of 1 rank with accumulate 
     CHECK_THAT(csv.output, Contains("rank,host,device,step_ms_median") && Contains(",0,") &&
                                Contains(",1,"));
   }
+}
+
+}  // namespace
+
+TEST_CASE("ranks: 2 ranks x batch 8 train the weights of 1 rank with accumulate 2, bit for bit",
+          "[cli][ranks]") {
+  check_two_ranks_equal_accumulate("fp32");
+}
+
+TEST_CASE("ranks: in bf16 too, 2 ranks x batch 8 train the weights of 1 rank with accumulate 2, bit "
+          "for bit",
+          "[cli][ranks][bf16]") {
+  // Activations in bf16, gradients summed in fp32 as in fp32 runs.
+  CliFixture probe;
+  const auto doctor = probe.xrun("doctor --json");
+  const auto j = nlohmann::json::parse(doctor.output, nullptr, false);
+  if (j.is_discarded() || j["cpu"]["train_precisions"].dump().find("bf16") == std::string::npos)
+    XRUN_SKIP("this CPU has no oneDNN bf16 kernels (AVX512_BF16 or AMX): bf16 runs are refused here");
+  check_two_ranks_equal_accumulate("bf16");
 }
 
 TEST_CASE("ranks: every rank fed the same batch gives one process's weights, bit for bit",
@@ -233,6 +246,64 @@ TEST_CASE("ranks: a rank killed mid-run fails the run naming it, and no process 
   CHECK(std::stoi(f.sql("SELECT count(*) FROM steps")) >= 3);  // what it trained is kept
   for (const pid_t pid : pids) CHECK_FALSE(alive(pid));
   CHECK(rank_pids(f, 2).empty());  // the rendezvous folder is gone
+}
+
+TEST_CASE("ranks: a rank killed after rank 0 stored the run leaves it stored failed, and it runs again",
+          "[cli][ranks][faults]") {
+  // Rank 1 stays after training (a test hook) until this test kills it,
+  // after rank 0 has stored the run complete: the launcher's exit code and
+  // the store must agree, and the next `xrun run` must not skip the run.
+  CliFixture f;
+  const std::string file = f.write_experiment(
+      "end.toml", ranks_experiment(4, "ranks = 2\neval = false\n[distributed]\ntimeout_s = 60\n"));
+  ::setenv("XRUN_TEST_RANK_HOLD_AT_END", "1", 1);
+  const pid_t launcher = spawn_xrun(f, file);
+  ::unsetenv("XRUN_TEST_RANK_HOLD_AT_END");
+  std::vector<pid_t> pids;
+  bool stored = false;
+  for (int i = 0; i < 2400 && !stored; ++i) {  // at most 120 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (pids.empty()) pids = rank_pids(f, 2);
+    try {
+      stored = std::filesystem::exists(f.db()) && f.sql("SELECT status FROM runs") == "complete";
+    } catch (const std::exception&) {
+    }
+  }
+  REQUIRE(stored);
+  REQUIRE(pids.size() == 2);
+  REQUIRE(kill(pids[1], SIGKILL) == 0);
+  CHECK(wait_exit(launcher) == 1);
+  const std::string log = read_bytes(f.dir.file("xrun.log"));
+  INFO(log);
+  CHECK_THAT(log, Contains("rank 1 was killed by signal 9"));
+  CHECK(f.sql("SELECT status FROM runs") == "failed");
+  CHECK_THAT(f.sql("SELECT error FROM runs"), Contains("rank 1 was killed by signal 9 (Killed) after "
+                                                       "rank 0 stored the run"));
+  CHECK(f.sql("SELECT measured_steps FROM runs") == "3");  // its figures are kept
+  const auto again = f.xrun(run_args(f, file));
+  INFO(again.output);
+  CHECK(again.status == 0);
+  CHECK_THAT(again.output, !Contains("already complete"));
+  CHECK(f.sql("SELECT count(*) FROM runs WHERE status = 'complete'") == "1");
+}
+
+TEST_CASE("ranks: a second launch of a run in progress skips it at once, as one rank's does",
+          "[cli][ranks][faults]") {
+  CliFixture f;
+  const std::string file = f.write_experiment(
+      "busy.toml", ranks_experiment(100000, "ranks = 2\neval = false\n[distributed]\ntimeout_s = 30\n"));
+  const pid_t launcher = spawn_xrun(f, file);
+  REQUIRE(wait_for_steps(f, 2, launcher));
+  const auto start = std::chrono::steady_clock::now();
+  const auto second = f.xrun(run_args(f, file));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  kill(launcher, SIGINT);
+  wait_exit(launcher);
+  INFO(second.output);
+  CHECK(second.status == 0);
+  CHECK_THAT(second.output, Contains("being trained by process") && Contains("skipped"));
+  CHECK_THAT(second.output, !Contains("ended with exit code"));
+  CHECK(took < 20);  // no rank waited for a partner that never came
 }
 
 TEST_CASE("ranks: Ctrl-C stops every rank after the same step, the run stored interrupted",

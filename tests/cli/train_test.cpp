@@ -330,7 +330,11 @@ TEST_CASE("xrun doctor --peak: the CPU's peaks stored, and a run's % of peak fro
   // An fp32 run on 2 threads takes the fp32 peak; one on 1 thread finds none.
   const std::string file = f.write_experiment("peak.toml", small_experiment("peak"));
   REQUIRE(f.xrun(run_args(f, file) + " --set train.epochs=1").status == 0);
-  REQUIRE(f.xrun(run_args(f, file) + " --set train.epochs=1 --set train.threads=1").status == 0);
+  const auto one_thread = f.xrun(run_args(f, file) + " --set train.epochs=1 --set train.threads=1");
+  REQUIRE(one_thread.status == 0);
+  // The run says how to get its % of peak: the command for its thread count.
+  CHECK_THAT(one_thread.output, Contains("no % of peak for this run") &&
+                                    Contains("`xrun doctor --peak --threads 1 --db " + f.db() + "`"));
   CHECK(f.sql_double("SELECT peak_flops FROM runs WHERE id = 1") == stored_peak);
   CHECK_THAT(f.sql("SELECT peak_source FROM runs WHERE id = 1"),
              Contains("xrun doctor --peak") && Contains("fp32 matmul, 2 threads"));
@@ -351,7 +355,8 @@ TEST_CASE("xrun doctor --peak: the CPU's peaks stored, and a run's % of peak fro
   auto without = f.xrun("show 2 --db " + shell_quote(f.db()));
   CHECK_THAT(with.output, Contains("of peak") && Contains("% of ") && Contains("FLOP/s (measured") &&
                               Contains("memory roof"));
-  CHECK_THAT(without.output, Contains("no peak measured for this CPU"));
+  CHECK_THAT(without.output, Contains("the store held no peak of this CPU at 1 threads") &&
+                                 Contains("`xrun doctor --peak --threads 1 --db " + f.db() + "`"));
   const auto j = nlohmann::json::parse(f.xrun("show --json 1 --db " + shell_quote(f.db())).output);
   CHECK(j.at("peak_flops").get<double>() == Approx(stored_peak).epsilon(1e-12));
   CHECK(j.at("achieved_flops").get<double>() < stored_peak);
@@ -423,12 +428,17 @@ TEST_CASE("train.optimizer.lr_scaling: the run trains and stores the rate scaled
   CHECK(f.sql_double("SELECT lr FROM steps WHERE run = 1 AND step = 10") == Approx(8e-3));
   CHECK_THAT(f.xrun("show 1 --db " + shell_quote(f.db())).output,
              Contains("peak lr      0.008 (linear scaling of 0.002 at batch 4)"));
-  // A cosine floor above the scaled rate is refused, saying why.
+  // A cosine floor above the scaled rate is refused at plan time (exit 2,
+  // nothing stored), saying why.
+  const std::string runs_before = f.sql("SELECT count(*) FROM runs");
   auto r = f.xrun(run_args(f, file) + " --set train.optimizer.lr_scaling=linear"
                   " --set train.optimizer.reference_batch=64 --set train.schedule.name=cosine"
                   " --set train.schedule.min_lr=1e-3");
-  CHECK(r.status != 0);
-  CHECK_THAT(r.output, Contains("train.schedule.min_lr") && Contains("linear scaling gives batch 16"));
+  CHECK(r.status == 2);
+  CHECK_THAT(r.output, Contains("train.schedule.min_lr") &&
+                           Contains("the run's scaled rate 5e-04") &&
+                           Contains("scaled linear to 16 samples a step from reference_batch 64"));
+  CHECK(f.sql("SELECT count(*) FROM runs") == runs_before);
 }
 
 TEST_CASE("roofline: profile.layers with a measured peak lists the passes furthest below their roof",

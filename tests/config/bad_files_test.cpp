@@ -165,6 +165,16 @@ TEST_CASE("more error cases from text", "[config][errors]") {
     auto e = error_of("name = \"t\"\n[train.schedule]\nmin_lr = 0.1\n");
     CHECK_THAT(e.what(), Catch::Contains("expected at most train.optimizer.lr (0.001), found 0.1"));
   }
+  SECTION("min_lr above the rate lr_scaling gives the run's batch, known at plan time") {
+    // lr 1e-3 at reference batch 256, linear, batch 2: 7.8125e-6 a step's rate.
+    auto e = error_of("name = \"t\"\n[train]\nbatch_size = 2\n[train.optimizer]\nlr_scaling = "
+                      "\"linear\"\nreference_batch = 256\n[train.schedule]\nname = \"cosine\"\n"
+                      "min_lr = 5e-4\n");
+    CHECK(e.key == "train.schedule.min_lr");
+    CHECK_THAT(e.what(), Catch::Contains("expected at most the run's scaled rate 7.8125e-06") &&
+                             Catch::Contains("scaled linear to 2 samples a step from reference_batch 256") &&
+                             Catch::Contains("found 5e-04"));
+  }
   SECTION("data.num_classes is for synthetic data only") {
     auto e = error_of("name = \"t\"\n[data]\nsource = \"cifar10\"\nnum_classes = 100\n");
     CHECK(e.key == "data.num_classes");

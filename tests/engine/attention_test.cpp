@@ -200,6 +200,52 @@ TEST_CASE("attention op: the CPU backend's matmul attention meets the double ker
   }
 }
 
+// Past attention_keep_bytes every layer's probabilities share one buffer:
+// each layer's backward pass must refill it from its own q and k, not take
+// the last forward pass's. Two layers on one backend, run as a model runs
+// them (forward 1, forward 2, backward 2, backward 1), against each alone.
+TEST_CASE("attention op: layers sharing the recomputed probabilities each take their own in the "
+          "backward pass",
+          "[attention]") {
+  const Reference ref;
+  const cpu::AttentionShape s = ref.s;
+  const int64_t rows = ref.rows, C = ref.C;
+  const std::vector<float> qkv2 = values("op.qkv2", rows * 3 * C, 2.0);
+  const std::vector<float> dy2 = values("op.dy2", rows * C, 1.0);
+  std::vector<Precision> precisions = {Precision::fp32};
+  if (optest::no_cpu_bf16_kernels().empty()) precisions.push_back(Precision::bf16);
+  for (const Precision precision : precisions) {
+    INFO(to_string(precision));
+    const OpRun alone1 = run_op(s, precision, true, ref.qkv, ref.dy);
+    const OpRun alone2 = run_op(s, precision, true, qkv2, dy2);
+    cpu::CpuBackend be(2, precision);
+    be.attention_keep_bytes = 0;
+    const auto declare = [&](const std::string& name, int64_t width, TensorRole role) {
+      return be.declare(name, {rows, width}, cpu::plain_md({rows, width}), role);
+    };
+    Tensor* x1 = declare("qkv1", 3 * C, TensorRole::activation);
+    Tensor* dx1 = declare("dqkv1", 3 * C, TensorRole::activation_grad);
+    Tensor* x2 = declare("qkv2", 3 * C, TensorRole::activation);
+    Tensor* dx2 = declare("dqkv2", 3 * C, TensorRole::activation_grad);
+    auto op1 = be.causal_attention("attn1", x1, dx1, s.batch, s.heads);
+    auto op2 = be.causal_attention("attn2", x2, dx2, s.batch, s.heads);
+    be.allocate();
+    be.write(x1, ref.qkv);
+    be.write(x2, qkv2);
+    op1->forward();
+    op2->forward();
+    be.write(op2->dy, dy2);
+    op2->backward();
+    be.write(op1->dy, ref.dy);
+    op1->backward();
+    std::vector<float> d1(rows * 3 * C), d2(rows * 3 * C);
+    be.read(dx1, d1);
+    be.read(dx2, d2);
+    CHECK(d2 == alone2.dqkv);
+    CHECK(d1 == alone1.dqkv);  // not layer 2's probabilities
+  }
+}
+
 // In bf16 runs the op multiplies bf16 copies of q, k, v, p, dy and ds (heads
 // made contiguous for oneDNN's AMX kernels), accumulating in fp32.
 TEST_CASE("attention op in bf16: the products on bf16 operands stay within bf16's rounding "

@@ -106,11 +106,14 @@ struct Bf16Conv1D {
   std::unique_ptr<EmbeddingOp> emb;
   std::unique_ptr<LinearOp> op;
   std::unique_ptr<OptimizerOp> opt;
-  Bf16Conv1D(int64_t rows, int64_t in, int64_t out, bool with_optimizer) {
+  Bf16Conv1D(int64_t rows, int64_t in, int64_t out, bool with_optimizer,
+             const std::string& optimizer = "adamw") {
     Tensor* tokens = be.token_input(1, rows);
     emb = be.embedding("transformer.wte", "transformer.wpe", tokens, 4, rows, in);
     op = be.linear_in_out("fc", emb->y, emb->dy, out);
-    if (with_optimizer) opt = be.optimizer(OptimizerSettings{}, false);
+    OptimizerSettings settings;
+    settings.name = optimizer;
+    if (with_optimizer) opt = be.optimizer(settings, false);
     be.allocate();
   }
 };
@@ -218,41 +221,48 @@ TEST_CASE("gpt2 bf16: AdamW writes the parameters' bf16 copy as it updates them,
           "[gpt2][bf16]") {
   if (const std::string why = no_cpu_bf16_kernels(); !why.empty()) XRUN_SKIP(why);
   const int64_t rows = 8, in = 32, out = 16;
-  Bf16Conv1D layer(rows, in, out, true);
-  auto& [be, emb, op, opt] = layer;
-  REQUIRE(be.bf16_weights() != nullptr);
-  be.write(emb->y, uniform(rows * in, 5));
-  be.write(op->weight, uniform(in * out, 6, 0.5f));
-  be.write(op->bias, std::vector<float>(out, 0.0f));
-  be.write(op->dy, uniform(rows * out, 7));
-  op->forward();
-  op->backward();
-  OptimizerStep st;
-  st.lr = 0.01;  // moves every weight by about lr: most bf16 roundings change
-  opt->set_step(st);
-  opt->apply();
-  CHECK(be.bf16_weights_current());
-  // Every element of the copy is its parameter rounded to bf16.
-  const float* p = be.region(TensorRole::parameter);
-  const size_t n = be.region_bytes(TensorRole::parameter) / sizeof(float);
-  size_t wrong = 0;
-  for (size_t i = 0; i < n; ++i) wrong += be.bf16_weights()[i] != cpu::float_to_bf16(p[i]);
-  CHECK(wrong == 0);
-  // The next forward multiplies the updated weights' rounding (the copy the
-  // optimizer wrote, not one made before the update).
-  std::vector<float> x(rows * in), w(in * out), b(out), y(rows * out);
-  be.read(emb->y, x);
-  be.read(op->weight, w);
-  be.read(op->bias, b);  // updated too (fp32, added after the GEMM)
-  op->forward();
-  be.read(op->y, y);
-  const auto xr = rounded(x), wr = rounded(w);
-  auto want = product(rows, in, out, [&](int64_t r, int64_t i) { return xr[r * in + i]; },
-                      [&](int64_t i, int64_t o) { return wr[i * out + o]; });
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t o = 0; o < out; ++o) want[r * out + o] += b[o];
-  check_accumulated(y, want, in, 0.5, "y after the update");
-  // A write() of a parameter leaves the copy behind: the layers round their own again.
-  be.write(op->bias, std::vector<float>(out, 0.0f));
-  CHECK_FALSE(be.bf16_weights_current());
+  // SGD writes no copy: it must leave it stale, so the layers round the
+  // updated weights themselves (a copy marked current after SGD would keep
+  // the initial weights in every product for the whole run).
+  for (const std::string optimizer : {"adamw", "sgd"}) {
+    INFO(optimizer);
+    const bool writes_copy = optimizer == "adamw";
+    Bf16Conv1D layer(rows, in, out, true, optimizer);
+    auto& [be, emb, op, opt] = layer;
+    REQUIRE(be.bf16_weights() != nullptr);
+    be.write(emb->y, uniform(rows * in, 5));
+    be.write(op->weight, uniform(in * out, 6, 0.5f));
+    be.write(op->bias, std::vector<float>(out, 0.0f));
+    be.write(op->dy, uniform(rows * out, 7));
+    op->forward();
+    op->backward();
+    OptimizerStep st;
+    st.lr = 0.01;  // moves every weight by about lr: most bf16 roundings change
+    opt->set_step(st);
+    opt->apply();
+    CHECK(be.bf16_weights_current() == writes_copy);
+    // Every element of AdamW's copy is its parameter rounded to bf16.
+    const float* p = be.region(TensorRole::parameter);
+    const size_t n = be.region_bytes(TensorRole::parameter) / sizeof(float);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i) wrong += be.bf16_weights()[i] != cpu::float_to_bf16(p[i]);
+    if (writes_copy) CHECK(wrong == 0);
+    // The next forward multiplies the updated weights' rounding (the copy the
+    // optimizer wrote, not one made before the update).
+    std::vector<float> x(rows * in), w(in * out), b(out), y(rows * out);
+    be.read(emb->y, x);
+    be.read(op->weight, w);
+    be.read(op->bias, b);  // updated too (fp32, added after the GEMM)
+    op->forward();
+    be.read(op->y, y);
+    const auto xr = rounded(x), wr = rounded(w);
+    auto want = product(rows, in, out, [&](int64_t r, int64_t i) { return xr[r * in + i]; },
+                        [&](int64_t i, int64_t o) { return wr[i * out + o]; });
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < out; ++o) want[r * out + o] += b[o];
+    check_accumulated(y, want, in, 0.5, "y after the update");
+    // A write() of a parameter leaves the copy behind: the layers round their own again.
+    be.write(op->bias, std::vector<float>(out, 0.0f));
+    CHECK_FALSE(be.bf16_weights_current());
+  }
 }

@@ -3,7 +3,7 @@
 // validation loss is reported), trains from llm.c token files, writes
 // transformers' state_dict (the tied lm_head.weight left out) and loads one
 // that holds it; gradient clipping moves the weights exactly the clipped
-// norm; per-layer updates equal the update after the backward pass.
+// norm, with accumulation too; per-layer updates equal the update after the backward pass.
 #include "catch2_compat.h"
 
 #include <cmath>
@@ -136,8 +136,10 @@ TEST_CASE("gpt2: train.clip_grad_norm moves the weights by exactly the clipped n
           "[gpt2][train][clip]") {
   xrun_test::ScratchDir dir;
   const std::string text = repeated_text(dir);
-  const auto one_step = [&](double lr, double clip, const std::string& name) {
+  const auto one_step = [&](double lr, double clip, const std::string& name, int accumulate = 1) {
     RunConfig c = xrun_test::tiny_gpt2(text, 1);
+    c.train.batch_size /= accumulate;
+    c.train.accumulate = accumulate;
     c.train.eval = false;
     c.measure.warmup_steps = 0;
     c.train.optimizer.name = "sgd";
@@ -163,6 +165,13 @@ TEST_CASE("gpt2: train.clip_grad_norm moves the weights by exactly the clipped n
   CHECK(clipped == Approx(0.05 * gradient_norm / (gradient_norm + 1e-6)).epsilon(1e-3));
   // Above the norm, clipping changes nothing.
   CHECK(moved(one_step(1, 1e6, "loose.safetensors")) == Approx(gradient_norm).epsilon(1e-9));
+  // Accumulated over two micro-batches of half the batch: the summed
+  // gradient is clipped (clipping the last micro-batch before the sum would
+  // leave the step unclipped).
+  const double accumulated_norm = moved(one_step(1, 0, "acc-free.safetensors", 2));
+  CHECK(accumulated_norm > 0.5);
+  CHECK(moved(one_step(1, 0.05, "acc-clipped.safetensors", 2)) ==
+        Approx(0.05 * accumulated_norm / (accumulated_norm + 1e-6)).epsilon(1e-3));
 }
 
 TEST_CASE("gpt2: per-layer updates in the backward pass give the weights of the update after it",
