@@ -360,53 +360,7 @@ std::vector<int64_t> window_starts(const TokenSource& src, int context, const st
   return starts;
 }
 
-void token_batch(const TokenSource& src, const std::vector<int64_t>& starts,
-                 const int64_t* order, int64_t index, int batch, int context, int32_t* inputs,
-                 int32_t* targets) {
-  std::vector<int32_t> window(static_cast<size_t>(context) + 1);
-  for (int b = 0; b < batch; ++b) {
-    const int64_t pos = index * batch + b;
-    const int64_t w = order ? order[pos] : pos;
-    src.read(starts.at(static_cast<size_t>(w)), context + 1, window.data());
-    std::copy(window.begin(), window.end() - 1, inputs + static_cast<size_t>(b) * context);
-    std::copy(window.begin() + 1, window.end(), targets + static_cast<size_t>(b) * context);
-  }
-}
 
-TokenBatches::TokenBatches(const TokenSource& src, int batch, int context, uint64_t seed,
-                           bool shuffle, int rank, int ranks, const std::string& what)
-    : src_(src),
-      batch_(batch),
-      context_(context),
-      rank_(rank),
-      ranks_(ranks),
-      seed_(seed),
-      shuffle_(shuffle),
-      starts_(window_starts(src, context, what)) {
-  if (batch < 1 || ranks < 1 || rank < 0 || rank >= ranks)
-    throw std::invalid_argument("TokenBatches: batch >= 1 and 0 <= rank < ranks");
-  batches_ = windows() / (static_cast<int64_t>(batch) * ranks);
-  if (batches_ == 0)
-    throw DataError(what + ": " + src.describe() + " holds " + std::to_string(windows()) +
-                    " windows of " + std::to_string(context) + " tokens, fewer than one batch of " +
-                    std::to_string(static_cast<int64_t>(batch) * ranks) +
-                    (ranks > 1 ? " (batch x ranks)" : ""));
-  start_epoch(0);
-}
-
-void TokenBatches::start_epoch(int64_t epoch) {
-  if (!shuffle_) return;
-  order_.resize(starts_.size());
-  epoch_permutation(seed_, epoch, order_.data(), windows());
-}
-
-void TokenBatches::get(int64_t index, int32_t* inputs, int32_t* targets) const {
-  if (index < 0 || index >= batches_) throw std::out_of_range("token batch past the epoch's end");
-  // Batch `index` of rank r: global batch `index`, its r-th slice.
-  const int64_t slice = index * ranks_ + rank_;
-  token_batch(src_, starts_, shuffle_ ? order_.data() : nullptr, slice, batch_, context_, inputs,
-              targets);
-}
 
 TokenWindows::TokenWindows(std::unique_ptr<TokenSource> src, int context, int64_t limit,
                            const std::string& what)

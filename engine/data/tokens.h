@@ -71,46 +71,14 @@ std::unique_ptr<TokenSource> synthetic_tokens(int64_t count, int vocab, uint64_t
 // file by file, in order. DataError when not even one window fits.
 std::vector<int64_t> window_starts(const TokenSource& src, int context, const std::string& what);
 
-// Batch `index` of `batch` windows: inputs and targets, batch x context
-// int32 each, row b from window order[index * batch + b] (order: the
-// epoch's permutation of the windows, or nullptr for file order).
-void token_batch(const TokenSource& src, const std::vector<int64_t>& starts,
-                 const int64_t* order, int64_t index, int batch, int context, int32_t* inputs,
-                 int32_t* targets);
-
-// The batches of one epoch for one rank, as the image loader deals them:
-// the windows in file order (shuffle off: llm.c's cut) or in the epoch's
-// permutation drawn from the seed (data/loader.h's epoch_permutation); each
-// global batch is ranks x batch consecutive windows of that order and rank
-// r takes the r-th `batch` of them, so N ranks see what one process with
-// batch N x batch sees. Only whole global batches: the windows left over at
-// an epoch's end wait for the next epoch's order.
-class TokenBatches {
- public:
-  TokenBatches(const TokenSource& src, int batch, int context, uint64_t seed, bool shuffle,
-               int rank = 0, int ranks = 1, const std::string& what = "data.path");
-  int64_t batches_per_epoch() const { return batches_; }
-  int64_t windows() const { return static_cast<int64_t>(starts_.size()); }
-  void start_epoch(int64_t epoch);
-  // This rank's batch `index` (< batches_per_epoch()) of the current epoch.
-  void get(int64_t index, int32_t* inputs, int32_t* targets) const;
-
- private:
-  const TokenSource& src_;
-  int batch_, context_, rank_, ranks_;
-  uint64_t seed_;
-  bool shuffle_;
-  std::vector<int64_t> starts_, order_;
-  int64_t batches_ = 0;
-};
 
 // The windows of a token source as a Dataset, so the batch loader
 // (data/loader.h: worker threads, prefetch, rank slices, the epoch's
 // permutation) deals them as it deals images: sample i is window i's
 // context + 1 tokens as int32 (channels 1, height 1, width 4 (context + 1)
 // bytes), label 0; num_classes() is the vocabulary. split_windows turns a
-// loaded batch into the model's inputs and targets. The loader's order is
-// TokenBatches' (tested), so either reads a file as llm.c does.
+// loaded batch into the model's inputs and targets. With shuffle off the
+// loader reads windows in file order, as llm.c's loader cuts a file.
 class TokenWindows final : public Dataset {
  public:
   // At most `limit` windows (0 = all). DataError when none fits.

@@ -5,7 +5,8 @@
 // version 2 (uint32) files, and every malformed file refused with the file
 // and the byte offset; UTF-8 text as bytes split 90/10 with bad UTF-8
 // refused where it is; synthetic tokens the same for any read; the windows
-// dealt by the batch loader as TokenBatches cuts them.
+// dealt by the batch loader as training reads them (llm.c's cut, each
+// epoch's permutation, rank slices that add up to one process's batch).
 #include "catch2_compat.h"
 
 #include <sys/stat.h>
@@ -57,9 +58,21 @@ std::string error_of(const std::function<void()>& f) {
   return "no DataError";
 }
 
+// Window `index` of `windows` as the model's inputs and targets: the sample
+// the loader hands the trainer, split as the trainer splits it.
+void window_io(const TokenWindows& windows, int64_t index, std::vector<int32_t>& x,
+               std::vector<int32_t>& y) {
+  std::vector<uint8_t> sample(static_cast<size_t>(windows.width()));
+  int32_t label = -1;
+  windows.get(index, sample.data(), &label);
+  x.assign(static_cast<size_t>(windows.context()), 0);
+  y.assign(x.size(), 0);
+  split_windows(sample.data(), 1, windows.context(), x.data(), y.data());
+}
+
 }  // namespace
 
-TEST_CASE("token files: batches as llm.c's loader cuts the file", "[data][tokens]") {
+TEST_CASE("token files: windows as llm.c's loader cuts the file", "[data][tokens]") {
   TempDir dir;
   const std::string file = dir.file("tiny_train.bin");
   write_bytes(file, token_file(counting(50)));  // token k at position k
@@ -67,25 +80,19 @@ TEST_CASE("token files: batches as llm.c's loader cuts the file", "[data][tokens
   REQUIRE(src);
   CHECK(src->size() == 50);
   CHECK_THAT(src->describe(), Contains("50 tokens in 1 file"));
-  const int B = 2, T = 4;
-  const std::vector<int64_t> starts = window_starts(*src, T, "data.path");
-  CHECK(starts.size() == 12);  // (50 - 1) / 4: the last window [44, 48] ends before 49
-  for (int64_t i = 0; i < 6; ++i) {
-    std::vector<int32_t> x(B * T), y(B * T);
-    token_batch(*src, starts, nullptr, i, B, T, x.data(), y.data());
-    for (int b = 0; b < B; ++b)
-      for (int t = 0; t < T; ++t) {
-        INFO("batch " << i << " row " << b << " position " << t);
-        CHECK(x[b * T + t] == (i * B + b) * T + t);      // tokens[(iB + b)T + t]
-        CHECK(y[b * T + t] == (i * B + b) * T + t + 1);  // the next token
-      }
+  const int T = 4;
+  CHECK(window_starts(*src, T, "data.path").size() == 12);  // (50 - 1) / 4: the last window [44, 48] ends before 49
+  const TokenWindows windows(open_token_files(file, Split::train, 50257), T, 0, "data.path");
+  REQUIRE(windows.size() == 12);
+  std::vector<int32_t> x, y;
+  for (int64_t w = 0; w < windows.size(); ++w) {
+    window_io(windows, w, x, y);
+    for (int t = 0; t < T; ++t) {
+      INFO("window " << w << " position " << t);
+      CHECK(x[t] == w * T + t);      // tokens[wT + t]
+      CHECK(y[t] == w * T + t + 1);  // the next token
+    }
   }
-  // A shuffled epoch takes the same windows in the order given.
-  const std::vector<int64_t> order = {11, 0, 5, 3};
-  std::vector<int32_t> x(B * T), y(B * T);
-  token_batch(*src, starts, order.data(), 1, B, T, x.data(), y.data());
-  CHECK(x[0] == 5 * T);
-  CHECK(x[T] == 3 * T);
   // No validation file beside it: no test split.
   CHECK(open_token_files(file, Split::test, 50257) == nullptr);
 }
@@ -106,8 +113,9 @@ TEST_CASE("token files: a folder of shards, windows inside each, validation by n
   // 0, 3, 6 (9 + 4 > 10), shard 2 (positions 10..16) at 10, 13 (16 + 4 > 17):
   // none crosses from one file into the next.
   CHECK(window_starts(*train, 3, "data.path") == std::vector<int64_t>{0, 3, 6, 10, 13});
-  std::vector<int32_t> x(3), y(3);
-  token_batch(*train, window_starts(*train, 3, "data.path"), nullptr, 3, 1, 3, x.data(), y.data());
+  const TokenWindows windows(open_token_files(dir.str(), Split::train, 1000), 3, 0, "data.path");
+  std::vector<int32_t> x, y;
+  window_io(windows, 3, x, y);  // the first window of shard 2
   CHECK(x == std::vector<int32_t>{200, 201, 202});
   CHECK(y == std::vector<int32_t>{201, 202, 203});
   const auto val = open_token_files(dir.str(), Split::test, 1000);
@@ -280,92 +288,93 @@ TEST_CASE("synthetic tokens: below the vocabulary, the same for any read, per sp
   CHECK(std::unique(x.begin(), x.end()) - x.begin() > 980);
 }
 
-TEST_CASE("token batches: epochs, shuffling, and ranks that together read one process's batch",
-          "[data][tokens][ranks]") {
-  TempDir dir;
-  write_bytes(dir.file("c_train.bin"), token_file(counting(200)));
-  const auto src = open_token_files(dir.file("c_train.bin"), Split::train, 50257);
-  const int T = 4;  // 49 windows (199 / 4)
-  // Shuffle off: llm.c's cut, 49 / (2 x 3) = 8 batches, the last window unused.
-  TokenBatches plain(*src, 3, T, 1, false, 0, 2);
-  CHECK(plain.windows() == 49);
-  CHECK(plain.batches_per_epoch() == 8);
-  std::vector<int32_t> x(3 * T), y(3 * T);
-  plain.get(1, x.data(), y.data());  // rank 0's slice of global batch 1: windows 6, 7, 8
-  CHECK(x[0] == 6 * T);
-  CHECK(x[2 * T] == 8 * T);
-  CHECK(y[2 * T + 3] == 8 * T + 4);
-  // Shuffled: 2 ranks x batch 3 read, between them, what 1 rank x batch 6
-  // reads, batch by batch; each epoch its own order, the same for the seed.
-  TokenBatches one(*src, 6, T, 9, true);
-  TokenBatches r0(*src, 3, T, 9, true, 0, 2), r1(*src, 3, T, 9, true, 1, 2);
-  std::vector<int32_t> epoch0, epoch1;
-  for (const int64_t epoch : {0, 1}) {
-    for (TokenBatches* b : {&one, &r0, &r1}) b->start_epoch(epoch);
-    for (int64_t i = 0; i < one.batches_per_epoch(); ++i) {
-      std::vector<int32_t> whole(6 * T), wy(6 * T), a(3 * T), ay(3 * T), b(3 * T), by(3 * T);
-      one.get(i, whole.data(), wy.data());
-      r0.get(i, a.data(), ay.data());
-      r1.get(i, b.data(), by.data());
-      a.insert(a.end(), b.begin(), b.end());
-      CHECK(a == whole);
-      (epoch == 0 ? epoch0 : epoch1).insert((epoch == 0 ? epoch0 : epoch1).end(), whole.begin(),
-                                            whole.end());
+namespace {
+
+// What training reads: `windows` dealt by the batch loader (as the trainer
+// sets it up for token windows) for one rank, every batch of `epochs`
+// epochs as the model's inputs, batch after batch.
+std::vector<std::vector<int32_t>> loaded_inputs(const TokenWindows& windows, int batch, bool shuffle,
+                                                int rank, int ranks, int epochs) {
+  LoaderOptions o;
+  o.batch_size = batch;
+  o.workers = 2;
+  o.seed = 9;
+  o.shuffle = shuffle;
+  o.rank = rank;
+  o.ranks = ranks;
+  o.drop_last = true;
+  Loader loader(windows, o);
+  const int T = windows.context();
+  std::vector<std::vector<int32_t>> out;
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    loader.start_epoch(epoch);
+    for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
+      const HostBatch* b = loader.next();
+      REQUIRE(b);
+      REQUIRE(b->count == batch);
+      std::vector<int32_t> x(static_cast<size_t>(batch) * T), y(x.size());
+      split_windows(b->images, b->count, T, x.data(), y.data());
+      loader.release(b);
+      // The targets are the inputs one token on (counting tokens: +1).
+      for (size_t k = 0; k < x.size(); ++k) REQUIRE(y[k] == x[k] + 1);
+      out.push_back(std::move(x));
     }
   }
-  CHECK(epoch0 != epoch1);
-  std::vector<int32_t> starts;  // a shuffled epoch takes each window at most once
-  for (size_t k = 0; k < epoch0.size(); k += T) starts.push_back(epoch0[k]);
-  std::sort(starts.begin(), starts.end());
-  CHECK(std::adjacent_find(starts.begin(), starts.end()) == starts.end());
-  CHECK(starts.size() == 48);
-  // Fewer windows than one global batch.
-  CHECK_THAT(error_of([&] { TokenBatches(*src, 25, T, 1, false, 0, 2); }),
-             Contains("49 windows of 4 tokens, fewer than one batch of 50 (batch x ranks)"));
+  return out;
 }
 
-TEST_CASE("token windows: the batch loader deals them as TokenBatches cuts them, shuffled and "
-          "across ranks, split into inputs and next-token targets",
-          "[data][tokens][loader]") {
+}  // namespace
+
+TEST_CASE("token windows through the loader: llm.c's cut, each epoch's order, and ranks that "
+          "together read one process's batch",
+          "[data][tokens][loader][ranks]") {
   TempDir dir;
   write_bytes(dir.file("c_train.bin"), token_file(counting(200)));
-  const int T = 4, batch = 3;
+  const int T = 4;  // 49 windows (199 / 4): window w is tokens [4w, 4w + 5)
   TokenWindows windows(open_token_files(dir.file("c_train.bin"), Split::train, 50257), T, 0,
                        "data.path");
   CHECK(windows.size() == 49);
   CHECK(windows.width() == 4 * (T + 1));
   CHECK(windows.num_classes() == 50257);
-  const auto src = open_token_files(dir.file("c_train.bin"), Split::train, 50257);
-  for (const bool shuffle : {false, true})
-    for (const int rank : {0, 1}) {
-      INFO("shuffle " << shuffle << ", rank " << rank);
-      TokenBatches reference(*src, batch, T, 9, shuffle, rank, 2);
-      LoaderOptions o;
-      o.batch_size = batch;
-      o.workers = 2;
-      o.seed = 9;
-      o.shuffle = shuffle;
-      o.rank = rank;
-      o.ranks = 2;
-      o.drop_last = true;
-      Loader loader(windows, o);
-      REQUIRE(loader.batches_per_epoch() == reference.batches_per_epoch());
-      for (const int64_t epoch : {0, 1}) {
-        loader.start_epoch(epoch);
-        reference.start_epoch(epoch);
-        for (int64_t i = 0; i < reference.batches_per_epoch(); ++i) {
-          const HostBatch* b = loader.next();
-          REQUIRE(b);
-          REQUIRE(b->count == batch);
-          std::vector<int32_t> x(batch * T), y(batch * T), rx(batch * T), ry(batch * T);
-          split_windows(b->images, b->count, T, x.data(), y.data());
-          loader.release(b);
-          reference.get(i, rx.data(), ry.data());
-          CHECK(x == rx);
-          CHECK(y == ry);
-        }
+  // Shuffle off: llm.c's cut, 49 / (2 x 3) = 8 global batches, the last
+  // window unused; rank r takes the r-th 3 windows of each.
+  for (const int rank : {0, 1}) {
+    const auto plain = loaded_inputs(windows, 3, false, rank, 2, 1);
+    REQUIRE(plain.size() == 8);
+    for (size_t i = 0; i < plain.size(); ++i)
+      for (int k = 0; k < 3; ++k) {
+        INFO("rank " << rank << ", batch " << i << ", row " << k);
+        CHECK(plain[i][static_cast<size_t>(k) * T] == static_cast<int32_t>((6 * i + 3 * rank + k) * T));
+      }
+  }
+  // Shuffled: each epoch the permutation drawn from (seed, epoch); 2 ranks
+  // x batch 3 read, between them, what 1 rank x batch 6 reads, batch by
+  // batch; an epoch takes each window at most once.
+  const auto one = loaded_inputs(windows, 6, true, 0, 1, 2);
+  const auto r0 = loaded_inputs(windows, 3, true, 0, 2, 2);
+  const auto r1 = loaded_inputs(windows, 3, true, 1, 2, 2);
+  REQUIRE(one.size() == 16);
+  REQUIRE(r0.size() == 16);
+  REQUIRE(r1.size() == 16);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<int64_t> order(49);
+    epoch_permutation(9, epoch, order.data(), 49);
+    std::vector<int32_t> starts;
+    for (size_t i = 0; i < 8; ++i) {
+      const size_t at = static_cast<size_t>(epoch) * 8 + i;
+      std::vector<int32_t> both = r0[at];
+      both.insert(both.end(), r1[at].begin(), r1[at].end());
+      CHECK(both == one[at]);
+      for (int k = 0; k < 6; ++k) {
+        CHECK(one[at][static_cast<size_t>(k) * T] == static_cast<int32_t>(order[6 * i + k] * T));
+        starts.push_back(one[at][static_cast<size_t>(k) * T]);
       }
     }
+    std::sort(starts.begin(), starts.end());
+    CHECK(std::adjacent_find(starts.begin(), starts.end()) == starts.end());
+    CHECK(starts.size() == 48);
+  }
+  CHECK(one[0] != one[8]);  // the epochs' orders differ
   // data.limit keeps the first windows only.
   TokenWindows few(open_token_files(dir.file("c_train.bin"), Split::train, 50257), T, 5,
                    "data.path");

@@ -1,8 +1,9 @@
 // tests/fuzz/fuzz_tokens.cpp: libFuzzer target for the token streams
 // (engine/data/tokens.cpp): the input becomes an llm.c token file (or a
-// UTF-8 text file) in a scratch directory; the split is opened, its windows
-// cut, and the first and last batches of an epoch read, shuffled or not,
-// by one rank of one or two.
+// UTF-8 text file) in a scratch directory; the split is opened and its
+// windows cut as training cuts them (TokenWindows), then the first and last
+// windows read, or (shuffled, or rank 1 of two) the first batch of an epoch
+// dealt by the batch loader, as training reads it.
 //
 // Input layout:
 //   byte 0      flags: bit 0 text (else a token file), bit 1 the validation
@@ -20,8 +21,10 @@
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "engine/data/loader.h"
 #include "engine/data/tokens.h"
 #include "fuzz_util.h"
 
@@ -44,16 +47,40 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (test && !text) xrun_fuzz::write_file(dir + "/f_val.bin", data + 2, size - 2);
   const Split split = test ? Split::test : Split::train;
   try {
-    const auto src = text ? open_text(train, split) : open_token_files(train, split, vocab);
+    auto src = text ? open_text(train, split) : open_token_files(train, split, vocab);
     if (!src) return 0;  // no validation file: no test split
     (void)src->describe();
-    TokenBatches batches(*src, batch, context, 7, shuffle, two ? 1 : 0, two ? 2 : 1);
-    batches.start_epoch(1);
-    std::vector<int32_t> x(static_cast<size_t>(batch) * context), y(x.size());
-    for (const int64_t i : {int64_t{0}, batches.batches_per_epoch() - 1}) {
-      batches.get(i, x.data(), y.data());
+    const int64_t vocab_size = src->vocab();
+    const TokenWindows windows(std::move(src), context, 0, "data.path");
+    const auto check = [&](const uint8_t* samples, int count) {
+      std::vector<int32_t> x(static_cast<size_t>(count) * context), y(x.size());
+      split_windows(samples, count, context, x.data(), y.data());
       for (size_t k = 0; k < x.size(); ++k)
-        if (x[k] < 0 || x[k] >= src->vocab() || y[k] < 0 || y[k] >= src->vocab()) std::abort();
+        if (x[k] < 0 || x[k] >= vocab_size || y[k] < 0 || y[k] >= vocab_size) std::abort();
+    };
+    if (shuffle || two) {
+      LoaderOptions o;
+      o.batch_size = batch;
+      o.workers = 0;  // on this thread
+      o.shuffle = shuffle;
+      o.seed = 7;
+      o.rank = two ? 1 : 0;
+      o.ranks = two ? 2 : 1;
+      Loader loader(windows, o);
+      loader.start_epoch(1);
+      if (loader.batches_per_epoch() > 0) {
+        const HostBatch* b = loader.next();
+        if (!b) std::abort();
+        check(b->images, b->count);
+        loader.release(b);
+      }
+    } else {
+      std::vector<uint8_t> sample(static_cast<size_t>(windows.width()));
+      for (const int64_t i : {int64_t{0}, windows.size() - 1}) {
+        int32_t label = 0;
+        windows.get(i, sample.data(), &label);
+        check(sample.data(), 1);
+      }
     }
   } catch (const DataError& e) {
     xrun_fuzz::expected("tokens", e.what());
