@@ -138,7 +138,7 @@ train.batch_size = [4, 8]
   CHECK_THAT(html, Contains("throughput (tok/s)") && Contains(">tok/s<") && !Contains("img/s"));
 }
 
-TEST_CASE("xrun compare: GPT-2 runs on two corpora never pool; the same text at another path does",
+TEST_CASE("xrun compare: GPT-2 runs on two corpora never pool, the same text at another path does",
           "[cli][gpt2][compare]") {
   CliFixture f;
   std::string a, b;
