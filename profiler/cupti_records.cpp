@@ -52,7 +52,7 @@ bool decode_activity(const CUpti_Activity* record, ActivityLog& log, const ApiNa
   switch (record->kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+      const auto* k = reinterpret_cast<const CuptiKernelRecord*>(record);
       if (!complete(k->start, k->end)) return false;
       // The name belongs to CUPTI and dies with the buffer: copy it.
       log.add(KernelActivity{k->name ? k->name : "?", k->start, k->end, k->streamId,
@@ -60,7 +60,7 @@ bool decode_activity(const CUpti_Activity* record, ActivityLog& log, const ApiNa
       return true;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
-      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+      const auto* m = reinterpret_cast<const CuptiMemcpyRecord*>(record);
       if (!complete(m->start, m->end)) return false;
       const CopyDirection d = copy_direction(m->copyKind);
       log.add(CopyActivity{d, host_memory(d, m->srcKind, m->dstKind), m->bytes, m->start, m->end,
@@ -68,7 +68,7 @@ bool decode_activity(const CUpti_Activity* record, ActivityLog& log, const ApiNa
       return true;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
-      const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+      const auto* m = reinterpret_cast<const CuptiMemsetRecord*>(record);
       if (!complete(m->start, m->end)) return false;
       log.add(CopyActivity{CopyDirection::memset, HostMemory::device, m->bytes, m->start, m->end,
                            m->streamId, m->correlationId});

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "profiler/activity.h"
+#include "profiler/cupti_compat.h"
 
 namespace xrun::profiler {
 

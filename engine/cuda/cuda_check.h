@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/cuda/cudnn_compat.h"
+
 namespace xrun::cuda {
 
 class CudaError : public std::runtime_error {
@@ -38,7 +40,7 @@ const char* cublas_status_name(cublasStatus_t status);
     const cudnnStatus_t xrun_status_ = (call);                                              \
     if (xrun_status_ != CUDNN_STATUS_SUCCESS) {                                             \
       char xrun_last_[512] = {0};                                                           \
-      cudnnGetLastErrorString(xrun_last_, sizeof xrun_last_);                               \
+      ::xrun::cuda::cudnn_compat::last_error_string(xrun_last_, sizeof xrun_last_);         \
       ::xrun::cuda::throw_cuda_error("cuDNN", #call, __FILE__, __LINE__,                    \
                                      std::string(cudnnGetErrorString(xrun_status_)) +       \
                                          (xrun_last_[0] ? std::string(" (") + xrun_last_ +  \

@@ -3,7 +3,7 @@
 // (compiled against and loaded), and every GPU's properties. Plain C++ over
 // the runtime API; safe with no driver, where cudaGetDeviceCount fails with
 // cudaErrorInsufficientDriver and everything else still answers.
-#include <cublas_api.h>
+#include <cublas_v2.h>  // not <cublas_api.h> alone: CUDA 12's refuses that
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <cupti.h>

@@ -2,9 +2,9 @@
 // records, without a GPU: range paths and their attribution, demangling, the
 // ActivityLog's per-kernel, per-copy, per-phase and per-step figures, the
 // GPU findings, the overhead figure and the traced-step plan, and (where the
-// CUDA toolkit's CUPTI headers are built in) the decoding of
-// CUpti_ActivityKernel10, Memcpy6, Memset4, API and ExternalCorrelation
-// records built in memory.
+// CUDA toolkit's CUPTI headers are built in) the decoding of kernel, copy
+// (the struct versions of the CUPTI built against: profiler/cupti_compat.h),
+// memset, API and ExternalCorrelation records built in memory.
 #include "catch2_compat.h"
 
 #include <cmath>
@@ -324,7 +324,7 @@ TEST_CASE("CUPTI records built in memory decode into the log", "[profiler][activ
   CHECK_FALSE(decode_activity(reinterpret_cast<CUpti_Activity*>(&other), log, namer));
 
   std::string name = "_Z4convPf";
-  CUpti_ActivityKernel10 k{};
+  CuptiKernelRecord k{};
   k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
   k.start = 1'100'000;
   k.end = 1'300'000;
@@ -334,7 +334,7 @@ TEST_CASE("CUPTI records built in memory decode into the log", "[profiler][activ
   CHECK(decode_activity(reinterpret_cast<CUpti_Activity*>(&k), log, namer));
   name = "overwritten";  // CUPTI's buffer is reused: the log kept its own copy
 
-  CUpti_ActivityMemcpy6 m{};
+  CuptiMemcpyRecord m{};
   m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
   m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
   m.srcKind = CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE;
@@ -346,7 +346,7 @@ TEST_CASE("CUPTI records built in memory decode into the log", "[profiler][activ
   m.correlationId = 22;
   CHECK(decode_activity(reinterpret_cast<CUpti_Activity*>(&m), log, namer));
 
-  CUpti_ActivityMemset4 ms{};
+  CuptiMemsetRecord ms{};
   ms.kind = CUPTI_ACTIVITY_KIND_MEMSET;
   ms.bytes = 256;
   ms.start = 1'300'000;
@@ -503,14 +503,14 @@ CUptiResult flush_all(uint32_t flag) {
   uint8_t* buffer = nullptr;
   size_t size = 0, max_records = 0;
   request(&buffer, &size, &max_records);
-  REQUIRE(size >= sizeof(CUpti_ActivityKernel10) + sizeof(CUpti_ActivityMemcpy6));
-  CUpti_ActivityKernel10 k{};
+  REQUIRE(size >= sizeof(CuptiKernelRecord) + sizeof(CuptiMemcpyRecord));
+  CuptiKernelRecord k{};
   k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
   k.start = 2'000'000;
   k.end = 2'500'000;
   k.correlationId = 7;
   k.name = kernel_name.c_str();
-  CUpti_ActivityMemcpy6 m{};
+  CuptiMemcpyRecord m{};
   m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
   m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
   m.bytes = 1 << 20;
@@ -525,8 +525,8 @@ CUptiResult next_record(uint8_t* buffer, size_t valid, CUpti_Activity** record) 
   uint8_t* at = *record == nullptr ? buffer
                                    : reinterpret_cast<uint8_t*>(*record) +
                                          ((*record)->kind == CUPTI_ACTIVITY_KIND_MEMCPY
-                                              ? sizeof(CUpti_ActivityMemcpy6)
-                                              : sizeof(CUpti_ActivityKernel10));
+                                              ? sizeof(CuptiMemcpyRecord)
+                                              : sizeof(CuptiKernelRecord));
   if (at >= buffer + valid) return CUPTI_ERROR_MAX_LIMIT_REACHED;
   *record = reinterpret_cast<CUpti_Activity*>(at);
   return CUPTI_SUCCESS;

@@ -70,6 +70,11 @@ void NVTX_API name_thread(uint32_t tid, const char* name) { write("thread %u %s\
 
 }  // namespace
 
+// NVTX's headers before CUDA 12.5 have no NVTX_DYNAMIC_EXPORT: what it is.
+#ifndef NVTX_DYNAMIC_EXPORT
+#define NVTX_DYNAMIC_EXPORT __attribute__((visibility("default")))
+#endif
+
 extern "C" NVTX_DYNAMIC_EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_table) {
   const char* path = std::getenv("XRUN_NVTX_LOG");
   g_log = std::fopen(path ? path : "/dev/null", "w");
