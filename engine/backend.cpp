@@ -6,12 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/device/device_info.h"
 #ifdef XRUN_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"
-#include "engine/device/device_info.h"
 #endif
 
 namespace xrun {
@@ -108,6 +109,35 @@ bool cuda_engine_available() {
     if (gpu.kernels_supported) return true;
 #endif
   return false;
+}
+
+std::string gpu_unusable_reason() {
+  const CudaInfo info = query_cuda();  // in a build without CUDA: NVML's driver release only
+  // A GPU is present: the driver's NVML answers, CUDA lists one, or the
+  // kernel module lists one.
+  std::error_code ec;
+  bool present = !info.driver_release.empty() || !info.gpus.empty();
+  if (!present)
+    for (const auto& e : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+      (void)e;
+      present = true;
+      break;
+    }
+  if (!present) return "";
+  if (!info.compiled_with_cuda)
+    return "this xrun was built without the CUDA engine (no CUDA toolkit when it was built): "
+           "rebuild it where the toolkit is installed (README, \"On a GPU\")";
+  if (const std::string advice =
+          driver_advice(info.runtime_version, info.driver_version, info.driver_release);
+      !advice.empty())
+    return advice;
+  for (const GpuInfo& gpu : info.gpus)
+    if (gpu.kernels_supported) return "";
+  if (!info.gpus.empty())
+    return "this build has no kernels for " + info.gpus.front().name + " (compute capability " +
+           std::to_string(info.gpus.front().cc_major) + "." + std::to_string(info.gpus.front().cc_minor) +
+           "; built for " + info.cuda_architectures + "): rebuild with CMAKE_CUDA_ARCHITECTURES naming it";
+  return "the NVIDIA driver is present but CUDA sees no usable GPU (" + info.status + ")";
 }
 
 int64_t device_memory_bytes(const std::string& device) {

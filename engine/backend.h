@@ -469,6 +469,12 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOp
 
 // Whether this build has the CUDA engine and a GPU it can run on.
 bool cuda_engine_available();
+// Why a GPU this machine has cannot train here ("" when none is present, or
+// the CUDA engine can use one): a driver too old for this build's CUDA
+// (driver_advice), an architecture the build has no kernels for, a build
+// without the CUDA engine. What a run whose train.device = "auto" falls
+// back to the CPU says, so that no CPU figure is read as the card's.
+std::string gpu_unusable_reason();
 
 // Total memory of a device ("cuda:N"); 0 for "cpu" or a device not present.
 int64_t device_memory_bytes(const std::string& device);

@@ -495,6 +495,7 @@ TrainResult train(const RunConfig& cfg, RunObserver& observers, const TrainConte
   result.environment.fields["parameters"] = std::to_string(run.model->parameter_count());
   // What the throughput counts (progress lines, `show`): a GPT-2 run's tokens.
   result.environment.fields["throughput_unit"] = cfg.model.is_gpt2() ? "tokens/s" : "images/s";
+  if (!ctx.device_note.empty()) result.environment.fields["device_note"] = ctx.device_note;
   // What identifies the data where data.path does not (compare matches on
   // it): a file-backed source's content; synthetic data is its settings.
   if (cfg.data.source != "synthetic")

@@ -30,6 +30,9 @@ struct TrainContext {
   // checkpoint's metadata, and train.resume takes only a checkpoint of the
   // same configuration. "" where the caller has none (then not checked).
   std::string config_hash;
+  // Why this run trains on the CPU although the machine has a GPU ("" when
+  // not so): stored with the run's environment as device_note.
+  std::string device_note;
   // The run's ranks (train.ranks > 1: every rank calls train() with its own
   // communicator, rank 0's result is the run's); nullptr = one rank.
   dist::Communicator* comm = nullptr;

@@ -334,6 +334,15 @@ class Loader {
       spec.config_hash = detail::config_hash(spec.config);
       spec.experiment_hash = detail::experiment_hash(spec.config);
       spec.params = detail::flatten_params(spec.config);
+      const auto device = run.find("train.device");
+      const bool automatic = device == run.end() || device->second.value == "auto";
+      if (automatic && !options_.gpu_unusable.empty() &&
+          spec.config.at("train").at("device") == "cpu") {
+        spec.device_note = "train.device = \"auto\" trains on the CPU although this machine has a "
+                           "GPU: " + options_.gpu_unusable;
+        if (plan.notices.empty() || plan.notices.back() != spec.device_note)
+          plan.notices.push_back(spec.device_note);
+      }
       plan.runs.push_back(std::move(spec));
     }
     return plan;

@@ -41,6 +41,9 @@ class ExperimentError : public std::runtime_error {
 struct PlanOptions {
   std::vector<std::string> sets;  // "KEY=VALUE", applied in order before the sweep expands
   bool gpu_available = false;     // train.device = "auto" resolves to "cuda:0" when true, else "cpu"
+  // Where a GPU is present but cannot train here, why (gpu_unusable_reason):
+  // each run whose "auto" resolves to the CPU says so.
+  std::string gpu_unusable;
   std::string hostname;           // store.label = "" resolves to this
   // This CPU's bf16 kernels (CpuInfo::bf16_kernels: "amx", "avx512_bf16",
   // "" for none) and oneDNN's ISA: precision "bf16" on the CPU is refused
@@ -63,6 +66,9 @@ struct RunSpec {
   std::string experiment_hash;  // 16 hex: also without train.device, store.label, data.path
   std::vector<std::pair<std::string, nlohmann::json>> swept;  // this run's axis values, axis order
   std::map<std::string, std::string> params;  // every leaf: dotted key -> canonical JSON text
+  // train.device = "auto" resolved to the CPU while a GPU is present: why
+  // (said when the run starts and stored with it); "" otherwise.
+  std::string device_note;
 };
 
 struct Plan {

@@ -117,6 +117,9 @@ PlanOptions plan_options(const std::vector<std::string>& sets) {
   PlanOptions o;
   o.sets = sets;
   o.gpu_available = xrun::cuda_engine_available();
+  // XRUN_TEST_GPU_UNUSABLE (tests/cli): stands for a GPU this build cannot use.
+  const char* unusable = std::getenv("XRUN_TEST_GPU_UNUSABLE");
+  if (!o.gpu_available) o.gpu_unusable = unusable ? unusable : xrun::gpu_unusable_reason();
   o.hostname = hostname();
   const CpuInfo cpu = query_cpu();
   o.cpu_bf16_kernels = cpu.bf16_kernels;
@@ -318,6 +321,8 @@ Outcome run_one(store::Store& db, const Plan& plan, const RunSpec& spec, int pos
                                       env0.get("driver") + " | cuDNN " + env0.get("cudnn");
   TrainContext context;
   context.config_hash = spec.config_hash;  // a checkpoint resumes only its own configuration
+  context.device_note = spec.device_note;
+  if (!spec.device_note.empty()) display.message(spec.device_note);
   if (cfg.train.cudnn_benchmark == CudnnBenchmark::cached)
     context.algo_cache = db.conv_algo_cache(device_key);
   display.message("stored as " + uuid + " in " + db.path());

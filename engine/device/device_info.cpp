@@ -62,6 +62,32 @@ std::string format_cuda_version(int version) {
   return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
 }
 
+int minimum_driver_branch(int cuda_version) {
+  if (cuda_version >= 13000) return 580;
+  if (cuda_version >= 12000) return 525;
+  return 0;
+}
+
+std::string driver_advice(int runtime_version, int driver_version, const std::string& driver_release) {
+  if (driver_version <= 0 || runtime_version <= 0) return "";
+  // Minor version compatibility: a driver of the same CUDA major runs any
+  // runtime of that major.
+  if (driver_version >= runtime_version || driver_version / 1000 == runtime_version / 1000)
+    return "";
+  const int branch = minimum_driver_branch(runtime_version);
+  const std::string needs =
+      branch > 0 ? "driver >= " + std::to_string(branch) : std::string("a newer driver");
+  const std::string head =
+      "this build needs " + needs + " for CUDA " + format_cuda_version(runtime_version) +
+      "; yours is " + (driver_release.empty() ? std::string("a driver") : driver_release) +
+      ", which runs CUDA " + format_cuda_version(driver_version) + ": ";
+  // xrun builds with CUDA 12.2 and newer: below 12, only a new driver helps.
+  if (driver_version < 12020)
+    return head + "update the driver (525 or newer runs a build with CUDA 12.x)";
+  return head + "rebuild with CUDA " + std::to_string(driver_version / 1000) +
+         ".x (README, \"On a GPU\") or update the driver";
+}
+
 std::string format_cudnn_version(int version) {
   if (version <= 0) return "";
   if (version >= 90000)

@@ -111,6 +111,15 @@ std::string compiler_description();
 
 // 13000 -> "13.0", 12040 -> "12.4" (cudaRuntimeGetVersion / cudaDriverGetVersion form).
 std::string format_cuda_version(int version);
+// The oldest driver branch that runs CUDA `cuda_version` (NVIDIA's minor
+// version compatibility: any 12.x on 525 and newer, 13.x on 580 and newer);
+// 0 for a version this table does not know (older than 12).
+int minimum_driver_branch(int cuda_version);
+// What a user whose driver cannot run this build must read: "this build
+// needs driver >= 580 for CUDA 13.0; yours is 535.104.05, which runs CUDA
+// 12.2: rebuild with CUDA 12.x (README, "On a GPU") or update the driver".
+// "" when the driver runs it (or no driver answered: driver_version 0).
+std::string driver_advice(int runtime_version, int driver_version, const std::string& driver_release);
 // cuDNN: 91900 -> "9.19.0" (cuDNN 9+), 8907 -> "8.9.7" (cuDNN 8's major*1000 form).
 std::string format_cudnn_version(int version);
 // cuBLAS in the major*10000+minor*100+patch form: 130100 -> "13.1.0".

@@ -138,6 +138,8 @@ nlohmann::json to_json(const CudaInfo& cuda, const CpuInfo& cpu) {
                {"runtime_version", cuda.runtime_version},
                {"runtime", format_cuda_version(cuda.runtime_version)},
                {"driver_compatible", cuda.driver_compatible},
+               {"driver_advice", driver_advice(cuda.runtime_version, cuda.driver_version,
+                                               cuda.driver_release)},
                {"device_count_error", cuda.device_count_error},
                {"architectures", cuda.cuda_architectures},
                {"cudnn", lib(cuda.cudnn_compiled, cuda.cudnn_loaded, format_cudnn_version(cuda.cudnn_compiled),
@@ -187,8 +189,8 @@ void print_text(std::ostream& out, const CudaInfo& cuda, const CpuInfo& cpu,
     else if (cuda.driver_compatible)
       out << " (compatible with the driver)\n";
     else
-      out << " (NOT compatible: the driver supports only CUDA "
-          << format_cuda_version(cuda.driver_version) << "; update the driver)\n";
+      out << " (NOT compatible: "
+          << driver_advice(cuda.runtime_version, cuda.driver_version, cuda.driver_release) << ")\n";
     out << "cuDNN:          "
         << loaded_vs_compiled(format_cudnn_version(cuda.cudnn_loaded), format_cudnn_version(cuda.cudnn_compiled))
         << from(cuda.cudnn_library) << "\n";

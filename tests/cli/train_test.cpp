@@ -483,3 +483,29 @@ TEST_CASE("roofline: profile.layers with a measured peak lists the passes furthe
           (p.at("intensity").get<double>() < roof.at("ridge").get<double>()));
   }
 }
+
+TEST_CASE("train.device = \"auto\" on the CPU beside a GPU this build cannot use says why, and the "
+          "run keeps it",
+          "[cli][train][device]") {
+  // XRUN_TEST_GPU_UNUSABLE stands for gpu_unusable_reason() on a machine
+  // whose driver cannot run this build (tests/device has the reasons).
+  CliFixture f;
+  std::string toml = xrun_test::tiny_experiment("auto", "steps = 2\neval = false");
+  toml.replace(toml.find("device = \"cpu\"\n"), 15, "");  // train.device left at "auto"
+  const std::string file = f.write_experiment("auto.toml", toml);
+  const std::string why = "this build needs driver >= 580 for CUDA 13.0; yours is 535.104.05";
+  const auto r = f.xrun_env("XRUN_TEST_GPU_UNUSABLE=" + shell_quote(why), run_args(f, file));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const std::string said =
+      "train.device = \"auto\" trains on the CPU although this machine has a GPU: " + why;
+  CHECK_THAT(r.output, Contains(said));
+  CHECK(f.sql("SELECT value FROM run_environment WHERE key = 'device_note'") == said);
+  CHECK_THAT(f.xrun("show 1 --db " + shell_quote(f.db())).output, Contains("device_note = " + said));
+  // A file that names the CPU chose it: nothing to say.
+  const std::string cpu = f.write_experiment(
+      "cpu.toml", xrun_test::tiny_experiment("cpu", "steps = 2\neval = false"));
+  const auto c = f.xrun_env("XRUN_TEST_GPU_UNUSABLE=" + shell_quote(why), run_args(f, cpu));
+  CHECK(c.status == 0);
+  CHECK_THAT(c.output, !Contains("although this machine has a GPU"));
+}

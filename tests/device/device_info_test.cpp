@@ -132,6 +132,29 @@ TEST_CASE("version formatting", "[device]") {
   CHECK(format_cublas_version(120402) == "12.4.2");
 }
 
+TEST_CASE("the driver floor: which driver runs which CUDA, and what doctor tells a user whose "
+          "driver cannot run this build",
+          "[device]") {
+  CHECK(minimum_driver_branch(13000) == 580);
+  CHECK(minimum_driver_branch(12020) == 525);
+  CHECK(minimum_driver_branch(12090) == 525);
+  CHECK(minimum_driver_branch(11080) == 0);
+  // A CUDA 13 build on driver 535 (an RTX 3090 or 4090D set up with CUDA 12.2).
+  CHECK(driver_advice(13000, 12020, "535.104.05") ==
+        "this build needs driver >= 580 for CUDA 13.0; yours is 535.104.05, which runs CUDA 12.2: "
+        "rebuild with CUDA 12.x (README, \"On a GPU\") or update the driver");
+  // Minor version compatibility: a CUDA 12.4 build runs on a 12.0 driver (525).
+  CHECK(driver_advice(12040, 12000, "525.60.13").empty());
+  CHECK(driver_advice(12020, 12080, "570.1").empty());
+  CHECK(driver_advice(13000, 13010, "").empty());
+  // No driver answered: nothing to advise here (doctor says "no driver").
+  CHECK(driver_advice(13000, 0, "").empty());
+  // Below CUDA 12 no build of xrun helps: only a newer driver.
+  CHECK(driver_advice(12020, 11040, "") ==
+        "this build needs driver >= 525 for CUDA 12.2; yours is a driver, which runs CUDA 11.4: "
+        "update the driver (525 or newer runs a build with CUDA 12.x)");
+}
+
 TEST_CASE("query_cpu matches /proc/cpuinfo and the thread count", "[device]") {
   const CpuInfo cpu = query_cpu();
   const std::string model = cpuinfo_value("model name");
