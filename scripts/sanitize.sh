@@ -38,16 +38,23 @@ else
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER= -DCMAKE_CXX_COMPILER_LAUNCHER=)
 fi
 
+# XRUN_CMAKE: the cmake to configure and build with (CI: CMake 3.22, the
+# oldest supported, from scripts/oldest-cmake.sh); its ctest beside it.
+cmake="${XRUN_CMAKE:-cmake}"
+ctest="$(dirname "$(command -v "$cmake")")/ctest"
+[ -x "$ctest" ] || ctest=ctest
+"$cmake" --version | head -1
+
 t0=$(date +%s)
-cmake --preset asan "${compilers[@]}" "${launcher[@]}" >/dev/null
+"$cmake" --preset asan "${compilers[@]}" "${launcher[@]}" >/dev/null
 if [ "${1:-}" = "--build-only" ]; then
   shift
   targets=()
   for t in "$@"; do targets+=(--target "$t"); done
-  cmake --build --preset asan -j"$(nproc)" "${targets[@]}"
+  "$cmake" --build --preset asan -j"$(nproc)" "${targets[@]}"
   exit 0
 fi
-cmake --build --preset asan -j"$(nproc)"
+"$cmake" --build --preset asan -j"$(nproc)"
 t1=$(date +%s)
 
 # The safetensors interoperability tests need PyPI's safetensors and numpy,
@@ -75,7 +82,7 @@ fi
 
 t2=$(date +%s)
 status=0
-ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "$@" || status=$?
+"$ctest" --test-dir "$build" --output-on-failure -j"$(nproc)" "$@" || status=$?
 t3=$(date +%s)
 echo "sanitize: configure + build $((t1 - t0)) s, tests $((t3 - t2)) s ($(nproc) cores)"
 exit $status
