@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${XRUN_CMAKE_CACHE:-$HOME/.cache/xrun/cmake-3.22}"
-if [ ! -x "$venv/bin/cmake" ] || ! "$venv/bin/cmake" --version | grep -q '^cmake version 3\.22\.'; then
+if [ ! -x "$venv/bin/cmake" ] || [[ "$("$venv/bin/cmake" --version)" != "cmake version 3.22."* ]]; then
   ./scripts/setup.sh --packages python3-venv >/dev/null
   rm -rf "$venv"
   python3 -m venv "$venv" >&2

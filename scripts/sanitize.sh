@@ -43,7 +43,7 @@ fi
 cmake="${XRUN_CMAKE:-cmake}"
 ctest="$(dirname "$(command -v "$cmake")")/ctest"
 [ -x "$ctest" ] || ctest=ctest
-"$cmake" --version | head -1
+"$cmake" --version | sed -n 1p
 
 t0=$(date +%s)
 "$cmake" --preset asan "${compilers[@]}" "${launcher[@]}" >/dev/null
